@@ -1,0 +1,99 @@
+// A group of `size` processes, each holding one Communicator with its own rank. Every op is
+// submitted to one queue per communicator, run in submission order by a progress thread, and
+// returns a Work. Buffers must stay valid until the Work completes. Collectives must be called in
+// the same order with matching arguments on every rank; a mismatch is detected and reported as
+// PeerError on the ranks involved (never a wrong result).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shoal/store.h"
+#include "shoal/types.h"
+#include "shoal/work.h"
+
+namespace shoal {
+
+enum class Algo : uint8_t {
+  automatic,  // chosen by op, size, world size and topology (docs/algorithms.md)
+  ring,       // allreduce, allgather, reduce-scatter, broadcast(scatter+allgather ring)
+  bde,        // allreduce: recursive halving reduce-scatter + recursive doubling allgather
+  mst,        // allreduce: binomial reduce + binomial broadcast; broadcast/reduce: binomial tree
+  direct,     // single host: through shared memory, every rank reading its peers' segments
+  rd,         // allgather: recursive doubling / Bruck; reduce-scatter: recursive halving
+  scatter_allgather,  // broadcast: binomial scatter + ring allgather (large messages)
+};
+const char* algo_name(Algo a);
+Algo parse_algo(const std::string& s);  // "auto", "ring", ...; throws InvalidArgument
+
+enum class TransportKind : uint8_t { automatic, shm, tcp };
+
+struct Options {
+  std::string group_name = "shoal";                     // keys in the store are prefixed by it
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // deadline of every op
+  TransportKind transport = TransportKind::automatic;   // SHOAL_TRANSPORT overrides when set
+  int tcp_streams = 0;                                  // 0 = SHOAL_TCP_STREAMS or default
+  // Reads SHOAL_TRANSPORT, SHOAL_TIMEOUT (seconds), SHOAL_TCP_STREAMS into a copy of `base`.
+  static Options from_env(Options base);
+};
+
+struct CallOptions {
+  Algo algo = Algo::automatic;  // SHOAL_ALGO applies when this is automatic
+};
+
+using WorkPtr = std::shared_ptr<Work>;
+
+class Communicator {
+ public:
+  // Collective: every rank of the group constructs its communicator with the same store and
+  // group name. Throws on rendezvous failure or timeout.
+  Communicator(std::shared_ptr<Store> store, int rank, int size, Options opts = Options::from_env({}));
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int size() const;
+  const Options& options() const;
+  // Transport used for `peer` ("self", "shm" or "tcp"), as the handshake decided.
+  std::string transport_to(int peer) const;
+
+  // Point to point. Messages between a pair of ranks are matched in order; the tag must match too.
+  WorkPtr send(const void* buf, size_t count, DType dt, int peer, uint64_t tag = 0);
+  WorkPtr recv(void* buf, size_t count, DType dt, int peer, uint64_t tag = 0);
+
+  // in == out is allowed (in place) wherever in and out have the same size.
+  WorkPtr allreduce(const void* in, void* out, size_t count, DType dt, ReduceOp op, CallOptions o = {});
+  WorkPtr broadcast(void* buf, size_t count, DType dt, int root, CallOptions o = {});
+  // `out` is written at root only (may be null elsewhere).
+  WorkPtr reduce(const void* in, void* out, size_t count, DType dt, ReduceOp op, int root, CallOptions o = {});
+  // out holds size*count elements, rank r's block at r*count.
+  WorkPtr allgather(const void* in, void* out, size_t count, DType dt, CallOptions o = {});
+  // Rank r contributes counts[r] elements; out holds sum(counts), blocks in rank order.
+  WorkPtr allgatherv(const void* in, void* out, const std::vector<size_t>& counts, DType dt, CallOptions o = {});
+  // in holds size*count elements; out gets the reduction of block `rank`.
+  WorkPtr reduce_scatter(const void* in, void* out, size_t count, DType dt, ReduceOp op, CallOptions o = {});
+  // out (size*count) is written at root only.
+  WorkPtr gather(const void* in, void* out, size_t count, DType dt, int root, CallOptions o = {});
+  // in (size*count) is read at root only.
+  WorkPtr scatter(const void* in, void* out, size_t count, DType dt, int root, CallOptions o = {});
+  // in and out hold size*count elements; block j of in goes to rank j, block i of out came from rank i.
+  WorkPtr alltoall(const void* in, void* out, size_t count, DType dt, CallOptions o = {});
+  // send_counts[j] elements go to rank j, recv_counts[i] come from rank i; blocks packed in rank order.
+  WorkPtr alltoallv(const void* in, const std::vector<size_t>& send_counts, void* out,
+                    const std::vector<size_t>& recv_counts, DType dt, CallOptions o = {});
+  WorkPtr barrier();
+
+  // Fails every pending and later op with PeerError and tells the peers; callable from any thread.
+  void abort(const std::string& why = "aborted by the user");
+  bool aborted() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shoal

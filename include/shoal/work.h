@@ -1,0 +1,37 @@
+// The handle of an op submitted to a communicator.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+
+namespace shoal {
+
+class Work {
+ public:
+  explicit Work(std::string name) : name_(std::move(name)) {}
+  // Blocks until the op completes or `timeout` passes. Returns true once complete; false if it is
+  // still pending at `timeout`. Throws the op's error if it failed. (Every op also has the group's
+  // deadline, so an op never stays pending forever.)
+  bool wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
+  bool test() const;                 // complete (successfully or not), without blocking
+  std::exception_ptr error() const;  // null while pending or on success
+  const std::string& name() const { return name_; }
+  // Called once when the op finishes, on the progress thread (or at once if already finished).
+  void on_complete(std::function<void()> fn);
+
+  // For the core: mark the op finished (err null on success).
+  void finish(std::exception_ptr err);
+
+ private:
+  std::string name_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+  std::function<void()> callback_;
+};
+
+}  // namespace shoal

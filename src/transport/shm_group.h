@@ -1,0 +1,26 @@
+// The shared-memory side of a single-host group: each rank owns one segment (mode 0600, unlinked
+// from /dev/shm as soon as every peer has mapped it, so none is left behind even after a crash)
+// holding its control block, its inbound rings from each peer, and a scratch area that every peer
+// can read and write directly. The direct algorithms (src/algo/direct_*.cpp) work on the scratch
+// areas and synchronise with barrier().
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace shoal {
+
+class ShmGroup {
+ public:
+  virtual ~ShmGroup() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Rank r's scratch area, mapped in this process; scratch_bytes() each, 64-byte aligned.
+  virtual uint8_t* scratch(int r) = 0;
+  virtual size_t scratch_bytes() const = 0;
+  // All ranks of the group arrive before any leaves. Sleeps (futex) after a short spin; throws
+  // PeerError if a peer dies or aborts, Timeout at the op's deadline. Memory written to scratch
+  // areas before barrier() is visible to every rank after it.
+  virtual void barrier() = 0;
+};
+
+}  // namespace shoal
