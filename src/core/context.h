@@ -16,10 +16,15 @@ namespace shoal {
 
 class Engine;
 class ShmGroup;
+class Scratch;
 
 class Ctx {
  public:
-  Ctx(Engine& engine, ShmGroup* shm, int rank, int size, DType dt, ReduceOp op, const char* what, uint64_t sig);
+  Ctx(Engine& engine, ShmGroup* shm, Scratch& scratch, int rank, int size, DType dt, ReduceOp op, const char* what,
+      uint64_t sig);
+  ~Ctx();
+  Ctx(const Ctx&) = delete;
+  Ctx& operator=(const Ctx&) = delete;
 
   const int rank;
   const int size;
@@ -58,6 +63,7 @@ class Ctx {
  private:
   Engine& engine_;
   ShmGroup* shm_;
+  Scratch& scratch_;
   uint64_t sig_;
   std::deque<Request> reqs_;  // stable addresses
 };

@@ -1,0 +1,444 @@
+// The public Communicator: validates arguments on the caller's thread (bad input is an
+// InvalidArgument there and then), queues the op, and runs ops in submission order on one
+// progress thread. Point-to-point ops are posted and complete in the background, so a send and
+// a receive issued back to back by two ranks cannot deadlock each other.
+#include "shoal/communicator.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <list>
+#include <mutex>
+#include <thread>
+
+#include "algo/algorithms.h"
+#include "core/context.h"
+#include "core/engine.h"
+#include "core/log.h"
+#include "core/rendezvous.h"
+#include "core/scratch.h"
+#include "shoal/error.h"
+#include "transport/shm_group_impl.h"
+
+namespace shoal {
+namespace {
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h *= 0xff51afd7ed558ccdull;
+  return h ^ (h >> 33);
+}
+
+std::string advertise_host_for(Store& store) {
+  if (const char* h = std::getenv("SHOAL_HOST"); h && *h) return h;
+  if (auto* t = dynamic_cast<TcpStore*>(&store)) return t->local_address();
+  return "127.0.0.1";
+}
+
+Algo env_algo() {
+  const char* s = std::getenv("SHOAL_ALGO");
+  return s && *s ? parse_algo(s) : Algo::automatic;
+}
+
+}  // namespace
+
+struct Communicator::Impl {
+  Options opts;
+  int rank, size;
+  std::shared_ptr<Store> store;
+  std::unique_ptr<Engine> engine;
+  Topology topo;
+  std::unique_ptr<ShmGroupImpl> shm;
+  Scratch scratch;
+  Algo default_algo = Algo::automatic;
+  uint64_t coll_seq = 0;  // collectives submitted: part of every signature
+
+  struct Op {
+    std::string name;
+    std::function<void(const WorkPtr&)> run;  // collectives: runs to completion; p2p: posts
+    WorkPtr work;
+  };
+  struct P2P {
+    Request req;
+    WorkPtr work;
+    Clock::time_point deadline;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Op> queue;
+  std::atomic<int> queued{0};
+  bool stop = false;
+  std::list<P2P> pending;  // progress thread only
+  std::thread thread;
+
+  void loop();
+  void run_one(Op& op);
+  void sweep_p2p();
+  void fail_all(std::exception_ptr e);
+  WorkPtr submit(std::string name, std::function<void(const WorkPtr&)> run);
+  void check_open() const {
+    if (engine->aborted()) throw PeerError("group '" + opts.group_name + "' is aborted: " + engine->abort_reason());
+  }
+  void check_rank(int r, const char* what, const char* role) const {
+    if (r < 0 || r >= size)
+      throw InvalidArgument(std::string(what) + ": invalid " + role + " rank " + std::to_string(r) + " (group size " +
+                            std::to_string(size) + ")");
+  }
+  static void check_buf(const void* p, size_t count, const char* what, const char* name) {
+    if (!p && count > 0) throw InvalidArgument(std::string(what) + ": " + name + " is null but count is " + std::to_string(count));
+  }
+  static size_t bytes_of(size_t count, DType dt, const char* what) {
+    size_t es = dtype_size(dt);
+    if (count > SIZE_MAX / es / 4) throw InvalidArgument(std::string(what) + ": count " + std::to_string(count) + " is too large");
+    return count * es;
+  }
+  Algo pick(OpKind kind, Algo requested, size_t bytes) const {
+    if (requested == Algo::automatic && default_algo != Algo::automatic) {
+      try {
+        return choose_algo(kind, default_algo, bytes, size, topo.shm_all);
+      } catch (const InvalidArgument&) {  // SHOAL_ALGO names an algorithm this op does not have
+      }
+    }
+    return choose_algo(kind, requested, bytes, size, topo.shm_all);
+  }
+  uint64_t signature(OpKind kind, DType dt, ReduceOp op, size_t count, int root, Algo algo, uint64_t extra) {
+    uint64_t h = mix(mix(mix(static_cast<uint64_t>(kind), static_cast<uint64_t>(dt)), static_cast<uint64_t>(op)), count);
+    h = mix(mix(mix(h, static_cast<uint64_t>(root + 1)), static_cast<uint64_t>(algo)), extra);
+    return mix(h, ++coll_seq);
+  }
+  // Runs `body` for a collective on the progress thread with its own Ctx.
+  WorkPtr collective(OpKind kind, DType dt, ReduceOp op, size_t count, int root, Algo algo, uint64_t extra,
+                     std::function<void(Ctx&)> body) {
+    check_open();
+    uint64_t sig = signature(kind, dt, op, count, root, algo, extra);
+    const char* what = op_kind_name(kind);
+    return submit(what, [this, sig, what, dt, op, body = std::move(body)](const WorkPtr&) {
+      ReduceOp kernel_op = op == ReduceOp::avg ? ReduceOp::sum : op;
+      Ctx ctx(*engine, shm.get(), scratch, rank, size, dt, kernel_op, what, sig);
+      body(ctx);
+    });
+  }
+};
+
+Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Options opts) : impl_(new Impl) {
+  auto& m = *impl_;
+  if (size < 1) throw InvalidArgument("Communicator: size must be >= 1, got " + std::to_string(size));
+  if (rank < 0 || rank >= size)
+    throw InvalidArgument("Communicator: rank " + std::to_string(rank) + " is out of range for size " + std::to_string(size));
+  if (!store) throw InvalidArgument("Communicator: store is null");
+  set_log_rank(rank);
+  m.opts = opts;
+  m.rank = rank;
+  m.size = size;
+  m.store = store;
+  m.default_algo = env_algo();
+  // Each construction of a group with this name is a new instance with fresh keys.
+  int64_t n = store->add("shoal/" + opts.group_name + "/instances", 1);
+  auto prefixed = std::make_shared<PrefixStore>("shoal/" + opts.group_name + "/" + std::to_string((n - 1) / size), store);
+  m.engine = std::make_unique<Engine>(rank, size, opts.group_name);
+  m.engine->begin_op("rendezvous", Clock::now() + opts.timeout);
+  m.topo = rendezvous(*prefixed, *m.engine, opts, advertise_host_for(*store));
+  if (m.topo.shm_all) m.shm = std::make_unique<ShmGroupImpl>(*m.engine, m.topo.segs);
+  m.thread = std::thread([this] { impl_->loop(); });
+}
+
+Communicator::~Communicator() {
+  auto& m = *impl_;
+  {
+    std::lock_guard<std::mutex> lk(m.mu);
+    m.stop = true;
+  }
+  m.cv.notify_all();
+  m.engine->wake();
+  if (m.thread.joinable()) m.thread.join();
+  // Peers still waiting on this rank learn it is gone (shm: state word; tcp: the sockets close).
+  if (m.topo.segs[m.rank].valid()) {
+    auto* c = m.topo.segs[m.rank].control();
+    std::strncpy(c->reason, "the communicator was destroyed", sizeof c->reason - 1);
+    c->state.store(2, std::memory_order_release);
+  }
+}
+
+int Communicator::rank() const { return impl_->rank; }
+int Communicator::size() const { return impl_->size; }
+const Options& Communicator::options() const { return impl_->opts; }
+std::string Communicator::transport_to(int peer) const {
+  impl_->check_rank(peer, "transport_to", "peer");
+  return impl_->topo.transport[peer];
+}
+
+WorkPtr Communicator::Impl::submit(std::string name, std::function<void(const WorkPtr&)> run) {
+  auto work = std::make_shared<Work>(name);
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (stop) throw Error("communicator is being destroyed");
+    queue.push_back(Op{std::move(name), std::move(run), work});
+    queued.fetch_add(1);
+  }
+  cv.notify_one();
+  engine->wake();
+  return work;
+}
+
+void Communicator::Impl::fail_all(std::exception_ptr e) {
+  for (auto& p : pending) p.work->finish(e);
+  pending.clear();
+  std::deque<Op> q;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    q.swap(queue);
+    queued.store(0);
+  }
+  for (auto& op : q) op.work->finish(e);
+}
+
+void Communicator::Impl::sweep_p2p() {
+  for (auto it = pending.begin(); it != pending.end();) {
+    if (it->req.complete) {
+      it->work->finish(nullptr);
+      it = pending.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Communicator::Impl::run_one(Op& op) {
+  try {
+    if (engine->aborted()) engine->throw_aborted();
+    engine->begin_op(op.work->name().c_str(), Clock::now() + opts.timeout);
+    op.run(op.work);
+    if (op.work->name() != "send" && op.work->name() != "recv") op.work->finish(nullptr);
+  } catch (const InvalidArgument&) {
+    op.work->finish(std::current_exception());  // this op only; the group is fine
+  } catch (...) {
+    auto e = std::current_exception();
+    engine->abort("an earlier op failed");  // no-op if already aborted with its own reason
+    op.work->finish(e);
+    fail_all(e);
+  }
+}
+
+void Communicator::Impl::loop() {
+  for (;;) {
+    Op op;
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      if (pending.empty()) cv.wait(lk, [&] { return stop || !queue.empty(); });
+      if (queue.empty() && stop) break;
+      if (!queue.empty()) {
+        op = std::move(queue.front());
+        queue.pop_front();
+        queued.fetch_sub(1);
+      }
+    }
+    if (op.work) {
+      run_one(op);
+      sweep_p2p();
+      continue;
+    }
+    // Only point-to-point ops in flight: progress them until one completes or a new op comes.
+    try {
+      auto deadline = pending.front().deadline;
+      std::vector<int> peers;
+      for (auto& p : pending) {
+        deadline = std::min(deadline, p.deadline);
+        peers.push_back(p.req.peer);
+      }
+      engine->begin_op(pending.front().req.what, deadline);
+      engine->wait_until(
+          [&] {
+            for (auto& p : pending)
+              if (p.req.complete) return true;
+            if (queued.load() > 0) return true;
+            std::lock_guard<std::mutex> lk(mu);
+            return stop;
+          },
+          peers);
+      sweep_p2p();
+    } catch (...) {
+      fail_all(std::current_exception());
+    }
+  }
+  fail_all(std::make_exception_ptr(Error("communicator destroyed with the op still pending")));
+}
+
+// ---- point to point ----
+
+WorkPtr Communicator::send(const void* buf, size_t count, DType dt, int peer, uint64_t tag) {
+  auto& m = *impl_;
+  size_t bytes = Impl::bytes_of(count, dt, "send");
+  m.check_rank(peer, "send", "destination");
+  if (peer == m.rank) throw InvalidArgument("send: destination is this rank (" + std::to_string(peer) + ")");
+  Impl::check_buf(buf, count, "send", "buffer");
+  m.check_open();
+  uint64_t sig = mix(mix(0x5032505ull, tag), static_cast<uint64_t>(dt));
+  return m.submit("send", [&m, buf, bytes, peer, sig](const WorkPtr& w) {
+    m.pending.push_back(Impl::P2P{Request{Request::Dir::send, peer, static_cast<uint8_t*>(const_cast<void*>(buf)), bytes, sig, "send"},
+                                  w, Clock::now() + m.opts.timeout});
+    m.engine->post(&m.pending.back().req);
+  });
+}
+
+WorkPtr Communicator::recv(void* buf, size_t count, DType dt, int peer, uint64_t tag) {
+  auto& m = *impl_;
+  size_t bytes = Impl::bytes_of(count, dt, "recv");
+  m.check_rank(peer, "recv", "source");
+  if (peer == m.rank) throw InvalidArgument("recv: source is this rank (" + std::to_string(peer) + ")");
+  Impl::check_buf(buf, count, "recv", "buffer");
+  m.check_open();
+  uint64_t sig = mix(mix(0x5032505ull, tag), static_cast<uint64_t>(dt));
+  return m.submit("recv", [&m, buf, bytes, peer, sig](const WorkPtr& w) {
+    m.pending.push_back(Impl::P2P{Request{Request::Dir::recv, peer, static_cast<uint8_t*>(buf), bytes, sig, "recv"},
+                                  w, Clock::now() + m.opts.timeout});
+    m.engine->post(&m.pending.back().req);
+  });
+}
+
+// ---- collectives ----
+
+namespace {
+void check_reduce(DType dt, ReduceOp op, const char* what) {
+  dtype_size(dt);  // throws for an unknown dtype
+  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::bxor))
+    throw InvalidArgument(std::string(what) + ": unknown reduce op " + std::to_string(static_cast<int>(op)));
+  if (!reduce_op_supported(dt, op))
+    throw InvalidArgument(std::string(what) + ": reduce op " + reduce_op_name(op) + " is not defined for dtype " + dtype_name(dt));
+}
+}  // namespace
+
+WorkPtr Communicator::allreduce(const void* in, void* out, size_t count, DType dt, ReduceOp op, CallOptions o) {
+  auto& m = *impl_;
+  check_reduce(dt, op, "allreduce");
+  size_t bytes = Impl::bytes_of(count, dt, "allreduce");
+  Impl::check_buf(in, count, "allreduce", "input");
+  Impl::check_buf(out, count, "allreduce", "output");
+  Algo a = m.pick(OpKind::allreduce, o.algo, bytes);
+  int n = m.size;
+  return m.collective(OpKind::allreduce, dt, op, count, -1, a, 0, [=](Ctx& c) {
+    shoal::allreduce(c, a, in, out, count);
+    if (op == ReduceOp::avg) scale_avg(out, count, dt, n);
+  });
+}
+
+WorkPtr Communicator::broadcast(void* buf, size_t count, DType dt, int root, CallOptions o) {
+  auto& m = *impl_;
+  size_t bytes = Impl::bytes_of(count, dt, "broadcast");
+  m.check_rank(root, "broadcast", "root");
+  Impl::check_buf(buf, count, "broadcast", "buffer");
+  Algo a = m.pick(OpKind::broadcast, o.algo, bytes);
+  return m.collective(OpKind::broadcast, dt, ReduceOp::sum, count, root, a, 0,
+                      [=](Ctx& c) { shoal::broadcast(c, a, buf, count, root); });
+}
+
+WorkPtr Communicator::reduce(const void* in, void* out, size_t count, DType dt, ReduceOp op, int root, CallOptions o) {
+  auto& m = *impl_;
+  check_reduce(dt, op, "reduce");
+  size_t bytes = Impl::bytes_of(count, dt, "reduce");
+  m.check_rank(root, "reduce", "root");
+  Impl::check_buf(in, count, "reduce", "input");
+  if (m.rank == root) Impl::check_buf(out, count, "reduce", "output at the root");
+  Algo a = m.pick(OpKind::reduce, o.algo, bytes);
+  int n = m.size, me = m.rank;
+  return m.collective(OpKind::reduce, dt, op, count, root, a, 0, [=](Ctx& c) {
+    shoal::reduce(c, a, in, out, count, root);
+    if (op == ReduceOp::avg && me == root) scale_avg(out, count, dt, n);
+  });
+}
+
+WorkPtr Communicator::allgather(const void* in, void* out, size_t count, DType dt, CallOptions o) {
+  return allgatherv(in, out, std::vector<size_t>(impl_->size, count), dt, o);
+}
+
+WorkPtr Communicator::allgatherv(const void* in, void* out, const std::vector<size_t>& counts, DType dt, CallOptions o) {
+  auto& m = *impl_;
+  if (counts.size() != static_cast<size_t>(m.size))
+    throw InvalidArgument("allgather: counts has " + std::to_string(counts.size()) + " entries for a group of " +
+                          std::to_string(m.size));
+  size_t total = 0;
+  uint64_t h = 0;
+  for (size_t c : counts) {
+    total += c;
+    h = mix(h, c);
+  }
+  size_t bytes = Impl::bytes_of(total, dt, "allgather");
+  Impl::check_buf(in, counts[m.rank], "allgather", "input");
+  Impl::check_buf(out, total, "allgather", "output");
+  Algo a = m.pick(OpKind::allgatherv, o.algo, bytes);
+  return m.collective(OpKind::allgatherv, dt, ReduceOp::sum, total, -1, a, h,
+                      [=](Ctx& c) { shoal::allgatherv(c, a, in, out, counts); });
+}
+
+WorkPtr Communicator::reduce_scatter(const void* in, void* out, size_t count, DType dt, ReduceOp op, CallOptions o) {
+  auto& m = *impl_;
+  check_reduce(dt, op, "reduce_scatter");
+  size_t bytes = Impl::bytes_of(count * m.size, dt, "reduce_scatter");
+  Impl::check_buf(in, count, "reduce_scatter", "input");
+  Impl::check_buf(out, count, "reduce_scatter", "output");
+  Algo a = m.pick(OpKind::reduce_scatter, o.algo, bytes);
+  int n = m.size;
+  return m.collective(OpKind::reduce_scatter, dt, op, count, -1, a, 0, [=](Ctx& c) {
+    shoal::reduce_scatter(c, a, in, out, count);
+    if (op == ReduceOp::avg) scale_avg(out, count, dt, n);
+  });
+}
+
+WorkPtr Communicator::gather(const void* in, void* out, size_t count, DType dt, int root, CallOptions o) {
+  auto& m = *impl_;
+  size_t bytes = Impl::bytes_of(count * m.size, dt, "gather");
+  m.check_rank(root, "gather", "root");
+  Impl::check_buf(in, count, "gather", "input");
+  if (m.rank == root) Impl::check_buf(out, count, "gather", "output at the root");
+  Algo a = m.pick(OpKind::gather, o.algo, bytes);
+  return m.collective(OpKind::gather, dt, ReduceOp::sum, count, root, a, 0,
+                      [=](Ctx& c) { shoal::gather(c, a, in, out, count, root); });
+}
+
+WorkPtr Communicator::scatter(const void* in, void* out, size_t count, DType dt, int root, CallOptions o) {
+  auto& m = *impl_;
+  size_t bytes = Impl::bytes_of(count * m.size, dt, "scatter");
+  m.check_rank(root, "scatter", "root");
+  if (m.rank == root) Impl::check_buf(in, count, "scatter", "input at the root");
+  Impl::check_buf(out, count, "scatter", "output");
+  Algo a = m.pick(OpKind::scatter, o.algo, bytes);
+  return m.collective(OpKind::scatter, dt, ReduceOp::sum, count, root, a, 0,
+                      [=](Ctx& c) { shoal::scatter(c, a, in, out, count, root); });
+}
+
+WorkPtr Communicator::alltoall(const void* in, void* out, size_t count, DType dt, CallOptions o) {
+  std::vector<size_t> counts(impl_->size, count);
+  return alltoallv(in, counts, out, counts, dt, o);
+}
+
+WorkPtr Communicator::alltoallv(const void* in, const std::vector<size_t>& send_counts, void* out,
+                                const std::vector<size_t>& recv_counts, DType dt, CallOptions o) {
+  auto& m = *impl_;
+  if (send_counts.size() != static_cast<size_t>(m.size) || recv_counts.size() != static_cast<size_t>(m.size))
+    throw InvalidArgument("alltoall: send_counts and recv_counts need one entry per rank (" + std::to_string(m.size) + ")");
+  size_t sent = 0, got = 0;
+  for (size_t c : send_counts) sent += c;
+  for (size_t c : recv_counts) got += c;
+  size_t bytes = Impl::bytes_of(std::max(sent, got), dt, "alltoall");
+  Impl::check_buf(in, sent, "alltoall", "input");
+  Impl::check_buf(out, got, "alltoall", "output");
+  if (send_counts[m.rank] != recv_counts[m.rank])
+    throw InvalidArgument("alltoall: this rank sends itself " + std::to_string(send_counts[m.rank]) +
+                          " elements but expects " + std::to_string(recv_counts[m.rank]));
+  Algo a = m.pick(OpKind::alltoallv, o.algo, bytes);
+  // Counts differ per rank by design, so only the dtype goes into the signature; each message's
+  // size is checked by the framing against what the receiver expects.
+  return m.collective(OpKind::alltoallv, dt, ReduceOp::sum, 0, -1, a, 0,
+                      [=](Ctx& c) { shoal::alltoallv(c, a, in, send_counts, out, recv_counts); });
+}
+
+WorkPtr Communicator::barrier() {
+  auto& m = *impl_;
+  Algo a = m.pick(OpKind::barrier, Algo::automatic, 0);
+  return m.collective(OpKind::barrier, DType::u8, ReduceOp::sum, 0, -1, a, 0, [=](Ctx& c) { shoal::barrier(c, a); });
+}
+
+void Communicator::abort(const std::string& why) { impl_->engine->abort(why); }
+bool Communicator::aborted() const { return impl_->engine->aborted(); }
+
+}  // namespace shoal

@@ -1,0 +1,243 @@
+#include "core/engine.h"
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "core/log.h"
+#include "shoal/error.h"
+#include "transport/futex.h"
+#include "transport/shm_segment.h"
+
+namespace shoal {
+namespace {
+constexpr auto kPeerCheckEvery = std::chrono::milliseconds(50);
+constexpr auto kMaxSleep = std::chrono::milliseconds(20);
+
+// How long a waiter polls before it sleeps. Ranks often outnumber cores: then a spinning waiter
+// steals the core from the peer it waits for, so it polls only briefly (SHOAL_SPIN_US overrides).
+std::chrono::microseconds spin_time(int size) {
+  if (const char* s = std::getenv("SHOAL_SPIN_US"); s && *s) return std::chrono::microseconds(std::atoi(s));
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::chrono::microseconds(static_cast<unsigned>(size) <= cores ? 50 : 5);
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+}  // namespace
+
+Engine::Engine(int rank_, int size_, std::string group_)
+    : rank(rank_), size(size_), group(std::move(group_)), pidfds_(size_, -1), spin_(spin_time(size_)) {
+  epfd_ = epoll_create1(EPOLL_CLOEXEC);
+  wakefd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epfd_ < 0 || wakefd_ < 0) throw Error(std::string("epoll/eventfd: ") + std::strerror(errno));
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLET;
+  epoll_ctl(epfd_, EPOLL_CTL_ADD, wakefd_, &ev);
+  peer_ctl_.assign(size, nullptr);
+  links_.resize(size);
+}
+
+Engine::~Engine() {
+  for (auto& l : links_)
+    if (l) l->close();
+  for (int fd : pidfds_)
+    if (fd >= 0) close(fd);
+  if (wakefd_ >= 0) close(wakefd_);
+  if (epfd_ >= 0) close(epfd_);
+}
+
+void Engine::set_links(std::vector<std::unique_ptr<Link>> links) {
+  links_ = std::move(links);
+  links_.resize(size);
+  any_tcp_ = std::any_of(links_.begin(), links_.end(),
+                         [](auto& l) { return l && std::strcmp(l->kind(), "tcp") == 0; });
+}
+
+void Engine::set_shm(ShmControl* self, std::vector<ShmControl*> peers) {
+  self_ = self;
+  peer_ctl_ = std::move(peers);
+  peer_ctl_.resize(size, nullptr);
+  for (int r = 0; r < size; ++r) {
+    if (!peer_ctl_[r] || r == rank) continue;
+    pidfds_[r] = static_cast<int>(syscall(SYS_pidfd_open, peer_ctl_[r]->pid, 0));
+    if (pidfds_[r] < 0) SHOAL_LOG(info, "pidfd_open(%d) failed: %s", peer_ctl_[r]->pid, std::strerror(errno));
+  }
+}
+
+void Engine::begin_op(const char* what, Clock::time_point deadline) {
+  what_ = what;
+  deadline_ = deadline;
+}
+
+void Engine::post(Request* r) {
+  if (r->peer < 0 || r->peer >= size || r->peer == rank || !links_[r->peer])
+    throw Error(std::string(r->what) + ": internal error: no link to rank " + std::to_string(r->peer));
+  links_[r->peer]->post(r);
+}
+
+bool Engine::poll() {
+  bool moved = false;
+  try {
+    for (auto& l : links_)
+      if (l && l->busy()) moved |= l->progress();
+  } catch (const PeerError& e) {
+    abort(e.what());
+    throw;
+  }
+  return moved;
+}
+
+void Engine::ring(ShmControl* c) {
+  c->doorbell.fetch_add(1, std::memory_order_seq_cst);
+  if (c->sleeping.load(std::memory_order_seq_cst)) futex_wake_all(&c->doorbell);
+}
+
+void Engine::wake() {
+  std::atomic<uint32_t>* bell = self_ ? &self_->doorbell : &local_bell_;
+  bell->fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(bell);
+  uint64_t one = 1;
+  (void)!write(wakefd_, &one, sizeof one);
+}
+
+void Engine::sleep(std::chrono::microseconds max) {
+  std::atomic<uint32_t>* bell = self_ ? &self_->doorbell : &local_bell_;
+  std::atomic<uint32_t> dummy{0};
+  std::atomic<uint32_t>* sleeping = self_ ? &self_->sleeping : &dummy;
+  sleeping->store(1, std::memory_order_seq_cst);
+  uint32_t snap = bell->load(std::memory_order_seq_cst);
+  bool moved = false;
+  try {
+    moved = poll();  // re-check after announcing sleep: a ring from now on wakes us
+  } catch (...) {
+    sleeping->store(0);
+    throw;
+  }
+  if (!moved && !aborted()) {
+    if (any_tcp_) {
+      bool shm_busy = false;
+      for (auto& l : links_)
+        if (l && l->busy() && std::strcmp(l->kind(), "shm") == 0) shm_busy = true;
+      auto ms = shm_busy ? 1 : std::max<long>(1, std::chrono::duration_cast<std::chrono::milliseconds>(max).count());
+      epoll_event evs[16];
+      epoll_wait(epfd_, evs, 16, static_cast<int>(ms));
+      uint64_t v;
+      (void)!read(wakefd_, &v, sizeof v);
+    } else {
+      futex_wait(bell, snap, max);
+    }
+  }
+  sleeping->store(0, std::memory_order_relaxed);
+}
+
+void Engine::wait(Request* const* reqs, size_t n) {
+  struct Arg {
+    Request* const* reqs;
+    size_t n;
+  } arg{reqs, n};
+  auto done = [](void* p) {
+    auto* a = static_cast<Arg*>(p);
+    for (size_t i = 0; i < a->n; ++i)
+      if (!a->reqs[i]->complete) return false;
+    return true;
+  };
+  if (done(&arg)) return;
+  std::vector<int> peers;
+  for (size_t i = 0; i < n; ++i)
+    if (!reqs[i]->complete && std::find(peers.begin(), peers.end(), reqs[i]->peer) == peers.end())
+      peers.push_back(reqs[i]->peer);
+  wait_loop(peers, done, &arg);
+}
+
+void Engine::wait_loop(const std::vector<int>& waiting_for, bool (*done)(void*), void* arg) {
+  auto spin_start = Clock::now();
+  for (;;) {
+    if (aborted()) throw_aborted();
+    bool moved = poll();
+    if (done(arg)) return;
+    if (moved) {
+      spin_start = Clock::now();
+      continue;
+    }
+    auto now = Clock::now();
+    if (now - spin_start < spin_) {
+      cpu_relax();
+      continue;
+    }
+    if (now >= deadline_) fail_timeout(waiting_for);
+    if (now - last_check_ >= kPeerCheckEvery) {
+      last_check_ = now;
+      try {
+        for (int r : waiting_for) {
+          if (r == rank || r < 0 || r >= size || !peer_ctl_[r]) continue;
+          if (peer_ctl_[r]->state.load(std::memory_order_acquire) != 0)
+            throw PeerError(std::string(what_) + " on group '" + group + "': rank " + std::to_string(r) +
+                            " aborted: " + std::string(peer_ctl_[r]->reason, strnlen(peer_ctl_[r]->reason, sizeof peer_ctl_[r]->reason)));
+          pollfd p{pidfds_[r], POLLIN, 0};
+          if (pidfds_[r] >= 0 && ::poll(&p, 1, 0) > 0)
+            throw PeerError(std::string(what_) + " on group '" + group + "': rank " + std::to_string(r) + " (pid " +
+                            std::to_string(peer_ctl_[r]->pid) + ") exited while this rank waited for it");
+        }
+      } catch (const PeerError& e) {
+        abort(e.what());
+        throw;
+      }
+    }
+    if (done(arg)) return;
+    auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline_ - now);
+    sleep(std::min<std::chrono::microseconds>(left, kMaxSleep));
+    spin_start = Clock::now() - spin_ + std::chrono::microseconds(spin_.count() / 4);  // short re-spin
+  }
+}
+
+void Engine::check_peers() {
+  last_check_ = Clock::time_point{};  // force the next wait to look
+}
+
+void Engine::fail_timeout(const std::vector<int>& waiting_for) {
+  std::string msg = std::string(what_) + " on group '" + group + "' (rank " + std::to_string(rank) + " of " +
+                    std::to_string(size) + ") timed out waiting for rank(s) " + rank_list(waiting_for);
+  abort(msg);
+  throw Timeout(msg);
+}
+
+void Engine::abort(const std::string& reason) noexcept {
+  {
+    std::lock_guard<std::mutex> lk(reason_mu_);
+    if (aborted_.load()) return;
+    reason_ = reason;
+    aborted_.store(true, std::memory_order_release);
+  }
+  SHOAL_LOG(warn, "group '%s' aborted: %s", group.c_str(), reason.c_str());
+  if (self_) {
+    std::strncpy(self_->reason, reason.c_str(), sizeof self_->reason - 1);
+    self_->state.store(1, std::memory_order_release);
+    for (auto* c : peer_ctl_)
+      if (c && c != self_) ring(c);
+  }
+  wake();
+}
+
+std::string Engine::abort_reason() const {
+  std::lock_guard<std::mutex> lk(reason_mu_);
+  return reason_;
+}
+
+void Engine::throw_aborted() const {
+  // Closing TCP links tells remote peers; done here, on the thread that owns the links.
+  for (auto& l : links_)
+    if (l) l->close();
+  throw PeerError("group '" + group + "' is aborted: " + abort_reason());
+}
+
+}  // namespace shoal

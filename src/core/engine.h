@@ -1,0 +1,93 @@
+// The engine progresses every link of a communicator and decides how a waiting rank waits:
+// poll briefly, then sleep on the rank's futex doorbell (shm peers ring it when they write or
+// free ring space) or on the epoll fd of its TCP sockets. It also watches the peers (a same-host
+// peer that dies is seen through its pidfd; a TCP peer through its socket), enforces the op's
+// deadline and carries the communicator's abort state.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transport/link.h"
+
+namespace shoal {
+
+struct ShmControl;
+using Clock = std::chrono::steady_clock;
+
+class Engine {
+ public:
+  Engine(int rank, int size, std::string group);
+  ~Engine();
+
+  const int rank;
+  const int size;
+  const std::string group;
+
+  // Set-up (before any op): the links, this rank's control block (null if it has no shared
+  // segment), the same-host peers' control blocks and pids.
+  void set_links(std::vector<std::unique_ptr<Link>> links);
+  void set_shm(ShmControl* self, std::vector<ShmControl*> peers);
+  int epoll_fd() const { return epfd_; }
+  Link* link(int peer) const { return links_[peer].get(); }
+
+  // The op now running: its name and deadline, used in errors.
+  void begin_op(const char* what, Clock::time_point deadline);
+
+  void post(Request* r);
+  // Progress until every request in [reqs, reqs+n) completes. Throws PeerError or Timeout; on
+  // either the engine is aborted first (every peer is told).
+  void wait(Request* const* reqs, size_t n);
+  // Wait until `done()` holds, progressing links meanwhile (used by the shm barrier, whose
+  // progress is in shared memory rather than in links). `waiting_for` names peers for errors.
+  template <class F>
+  void wait_until(F done, const std::vector<int>& waiting_for);
+  // One progress pass over every busy link; true if anything moved. Throws like wait().
+  bool poll();
+  // Sleep until news may have arrived, at most `max`: a peer rang the doorbell, a socket
+  // became ready, wake() was called, or time passed.
+  void sleep(std::chrono::microseconds max);
+  void wake();  // from any thread: interrupt sleep()
+  // Rings a same-host peer's doorbell (after writing into its ring or freeing space in ours).
+  static void ring(ShmControl* c);
+
+  // Fails the communicator: every later wait throws PeerError(reason); peers are told.
+  void abort(const std::string& reason) noexcept;
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  std::string abort_reason() const;
+  [[noreturn]] void throw_aborted() const;
+
+  // Throws PeerError if a same-host peer's process has exited or aborted.
+  void check_peers();
+
+ private:
+  void wait_loop(const std::vector<int>& waiting_for, bool (*done)(void*), void* arg);
+  [[noreturn]] void fail_timeout(const std::vector<int>& waiting_for);
+
+  std::vector<std::unique_ptr<Link>> links_;
+  std::vector<Link*> busy_;  // scratch list for poll()
+  ShmControl* self_ = nullptr;
+  std::vector<ShmControl*> peer_ctl_;  // by rank, null where not shm
+  std::vector<int> pidfds_;            // by rank, -1 where not shm
+  int epfd_ = -1;
+  int wakefd_ = -1;  // eventfd in epfd_
+  std::atomic<uint32_t> local_bell_{0};  // doorbell when this rank has no shared segment
+  bool any_tcp_ = false;
+  const char* what_ = "op";
+  Clock::time_point deadline_;
+  std::chrono::microseconds spin_;
+  Clock::time_point last_check_;
+  std::atomic<bool> aborted_{false};
+  mutable std::mutex reason_mu_;
+  std::string reason_;
+};
+
+template <class F>
+void Engine::wait_until(F done, const std::vector<int>& waiting_for) {
+  wait_loop(waiting_for, [](void* f) { return (*static_cast<F*>(f))(); }, &done);
+}
+
+}  // namespace shoal

@@ -1,0 +1,173 @@
+#include "core/rendezvous.h"
+
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "core/log.h"
+#include "shoal/error.h"
+#include "transport/shm_link.h"
+#include "transport/tcp_link.h"
+
+namespace shoal {
+namespace {
+
+std::string hex(const uint8_t* p, size_t n) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    s += d[p[i] >> 4];
+    s += d[p[i] & 15];
+  }
+  return s;
+}
+
+void random_bytes(uint8_t* p, size_t n) {
+  while (n > 0) {
+    ssize_t got = getrandom(p, n, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw Error(std::string("getrandom: ") + std::strerror(errno));
+    }
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+}
+
+// Hostname and boot id: two processes that agree on both may share memory (the probe decides).
+std::string host_identity() {
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::string boot;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot);
+  return std::string(host) + "/" + boot;
+}
+
+size_t env_size(const char* name, size_t def) {
+  const char* s = std::getenv(name);
+  if (!s || !*s) return def;
+  return static_cast<size_t>(std::strtoull(s, nullptr, 10));
+}
+
+size_t pow2_at_least(size_t v) {
+  size_t p = 4096;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+// Every rank sets key/<rank>; returns all ranks' values.
+std::vector<std::string> all_gather(Store& store, const std::string& key, int rank, int size, const std::string& mine,
+                                    Millis timeout) {
+  store.set_string(key + "/" + std::to_string(rank), mine);
+  std::vector<std::string> out(size);
+  for (int r = 0; r < size; ++r) out[r] = r == rank ? mine : store.get_string(key + "/" + std::to_string(r), timeout);
+  return out;
+}
+
+}  // namespace
+
+Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std::string& advertise_host) {
+  const int rank = engine.rank, size = engine.size;
+  const Millis timeout = opts.timeout;
+  const auto deadline = Clock::now() + timeout;
+  Topology topo;
+  topo.segs.resize(size);
+  topo.transport.assign(size, "tcp");
+  topo.transport[rank] = "self";
+
+  // Group id (names the segments) and secret (every TCP connection must present it).
+  uint8_t secret[32];
+  std::string id;
+  if (rank == 0) {
+    random_bytes(secret, sizeof secret);
+    id = hex(secret, sizeof secret);
+    store.set_string("id", id);
+  } else {
+    id = store.get_string("id", timeout);
+    if (id.size() != 64) throw Error("rendezvous: malformed group id in the store");
+    for (size_t i = 0; i < 32; ++i) secret[i] = static_cast<uint8_t>(std::stoi(id.substr(2 * i, 2), nullptr, 16));
+  }
+  const std::string short_id = id.substr(0, 16);
+
+  std::vector<bool> shm_pair(size, false);
+  if (opts.transport != TransportKind::tcp) {
+    ShmSegment::remove_stale_segments();
+    uint64_t nonce;
+    random_bytes(reinterpret_cast<uint8_t*>(&nonce), sizeof nonce);
+    const size_t ring = pow2_at_least(env_size("SHOAL_SHM_RING", 1 << 20));
+    const size_t scratch = env_size("SHOAL_SHM_SCRATCH", 16 << 20);
+    const std::string name = ShmSegment::make_name(getpid(), short_id, rank);
+    topo.segs[rank] = ShmSegment::create(name, size, ring, scratch, nonce);
+
+    auto hosts = all_gather(store, "host", rank, size, host_identity() + "|" + name + "|" + std::to_string(nonce), timeout);
+    const std::string me = host_identity();
+    std::string reach(size, '0');
+    reach[rank] = '1';
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) continue;
+      auto a = hosts[r].find('|'), b = hosts[r].rfind('|');
+      if (hosts[r].substr(0, a) != me) continue;
+      try {
+        ShmSegment s = ShmSegment::open_existing(hosts[r].substr(a + 1, b - a - 1));
+        if (std::to_string(s.control()->nonce) == hosts[r].substr(b + 1) &&
+            s.control()->ring_bytes == ring && s.control()->size == size) {
+          topo.segs[r] = std::move(s);
+          reach[r] = '1';
+        }
+      } catch (const Error& e) {
+        SHOAL_LOG(info, "shared-memory probe of rank %d failed: %s", r, e.what());
+      }
+    }
+    auto reaches = all_gather(store, "reach", rank, size, reach, timeout);
+    for (int r = 0; r < size; ++r) {
+      shm_pair[r] = r != rank && reaches[rank][r] == '1' && reaches[r][rank] == '1';
+      if (shm_pair[r]) topo.transport[r] = "shm";
+      else if (r != rank) topo.segs[r] = ShmSegment();
+    }
+    // Every peer has mapped what it needs: remove the name so nothing is left in /dev/shm.
+    all_gather(store, "mapped", rank, size, "1", timeout);
+    topo.segs[rank].unlink();
+  }
+  if (opts.transport == TransportKind::shm)
+    for (int r = 0; r < size; ++r)
+      if (r != rank && !shm_pair[r])
+        throw Error("SHOAL_TRANSPORT=shm but rank " + std::to_string(r) + " cannot be reached through shared memory");
+
+  std::vector<std::unique_ptr<Link>> links(size);
+  for (int r = 0; r < size; ++r)
+    if (shm_pair[r]) links[r] = std::make_unique<ShmLink>(rank, r, topo.segs[rank], topo.segs[r]);
+
+  TcpConfig cfg;
+  cfg.rank = rank;
+  cfg.size = size;
+  cfg.use_tcp.assign(size, false);
+  for (int r = 0; r < size; ++r) cfg.use_tcp[r] = r != rank && !shm_pair[r];
+  cfg.streams = opts.tcp_streams > 0 ? opts.tcp_streams : 4;
+  std::memcpy(cfg.secret.data(), secret, sizeof secret);
+  cfg.advertise_host = advertise_host;
+  cfg.deadline = deadline;
+  cfg.epoll_fd = engine.epoll_fd();
+  auto tcp = connect_tcp_links(store, cfg);
+  for (int r = 0; r < size; ++r)
+    if (cfg.use_tcp[r]) links[r] = std::move(tcp[r]);
+
+  std::vector<ShmControl*> ctl(size, nullptr);
+  for (int r = 0; r < size; ++r)
+    if (topo.segs[r].valid()) ctl[r] = topo.segs[r].control();
+  engine.set_shm(topo.segs[rank].valid() ? topo.segs[rank].control() : nullptr, ctl);
+  engine.set_links(std::move(links));
+
+  topo.shm_all = opts.transport != TransportKind::tcp;
+  for (int r = 0; r < size; ++r)
+    if (r != rank && !shm_pair[r]) topo.shm_all = false;
+  std::string summary;
+  for (int r = 0; r < size; ++r) summary += " " + topo.transport[r];
+  SHOAL_LOG(info, "group ready: rank %d of %d, transports:%s", rank, size, summary.c_str());
+  return topo;
+}
+
+}  // namespace shoal

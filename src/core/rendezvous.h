@@ -1,0 +1,25 @@
+// Forms a group: agrees on a group id and secret through the store, decides per peer between
+// shared memory and TCP by a handshake (same hostname and boot id, and a probe of the peer's
+// shared segment that must succeed both ways), and connects the links into the engine.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/engine.h"
+#include "shoal/communicator.h"
+#include "transport/shm_segment.h"
+
+namespace shoal {
+
+struct Topology {
+  std::vector<ShmSegment> segs;         // by rank: mapped where the pair uses shm (and our own)
+  std::vector<std::string> transport;   // by rank: "self", "shm" or "tcp"
+  bool shm_all = false;                 // every rank reachable through shared memory
+};
+
+// `store` is already prefixed for this instance of the group; `advertise_host` is the address
+// peers dial for TCP.
+Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std::string& advertise_host);
+
+}  // namespace shoal

@@ -1,0 +1,50 @@
+#include "shoal/work.h"
+
+namespace shoal {
+
+bool Work::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (timeout == std::chrono::milliseconds::max()) {
+    cv_.wait(lk, [&] { return done_; });
+  } else if (!cv_.wait_for(lk, timeout, [&] { return done_; })) {
+    return false;
+  }
+  if (error_) std::rethrow_exception(error_);
+  return true;
+}
+
+bool Work::test() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return done_;
+}
+
+std::exception_ptr Work::error() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return error_;
+}
+
+void Work::on_complete(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!done_) {
+      callback_ = std::move(fn);
+      return;
+    }
+  }
+  fn();
+}
+
+void Work::finish(std::exception_ptr err) {
+  std::function<void()> cb;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (done_) return;
+    done_ = true;
+    error_ = err;
+    cb = std::move(callback_);
+  }
+  cv_.notify_all();
+  if (cb) cb();
+}
+
+}  // namespace shoal

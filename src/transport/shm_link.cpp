@@ -1,0 +1,145 @@
+#include "transport/shm_link.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "core/engine.h"
+#include "shoal/error.h"
+
+namespace shoal {
+namespace {
+// Publish progress to the other side at least every this many bytes, so it can copy out while
+// we copy in.
+constexpr uint64_t kSlice = 128 * 1024;
+
+void copy_in(uint8_t* ring, uint64_t cap, uint64_t pos, const uint8_t* src, uint64_t n) {
+  uint64_t off = pos & (cap - 1);
+  uint64_t first = std::min(n, cap - off);
+  std::memcpy(ring + off, src, first);
+  if (n > first) std::memcpy(ring, src + first, n - first);
+}
+void copy_out(uint8_t* dst, const uint8_t* ring, uint64_t cap, uint64_t pos, uint64_t n) {
+  uint64_t off = pos & (cap - 1);
+  uint64_t first = std::min(n, cap - off);
+  std::memcpy(dst, ring + off, first);
+  if (n > first) std::memcpy(dst + first, ring, n - first);
+}
+}  // namespace
+
+ShmLink::ShmLink(int rank, int peer, const ShmSegment& mine, const ShmSegment& theirs)
+    : rank_(rank),
+      peer_(peer),
+      peer_ctl_(theirs.control()),
+      out_(theirs.ring(rank)),
+      out_data_(theirs.ring_data(rank)),
+      in_(mine.ring(peer)),
+      in_data_(mine.ring_data(peer)),
+      self_ctl_(mine.control()),
+      cap_(mine.control()->ring_bytes) {
+  out_head_ = out_->head.load(std::memory_order_relaxed);
+  in_tail_ = in_->tail.load(std::memory_order_relaxed);
+}
+
+void ShmLink::post(Request* r) {
+  r->done = 0;
+  r->state = 0;
+  r->complete = false;
+  (r->dir == Request::Dir::send ? sends_ : recvs_).push_back(r);
+}
+
+void ShmLink::check_peer(const Request* r) const {
+  if (peer_ctl_->state.load(std::memory_order_acquire) != 0)
+    throw PeerError(std::string(r->what) + ": rank " + std::to_string(peer_) + " aborted: " +
+                    std::string(peer_ctl_->reason, strnlen(peer_ctl_->reason, sizeof peer_ctl_->reason)));
+}
+
+bool ShmLink::progress() {
+  bool moved = false;
+  if (!sends_.empty()) moved |= progress_send();
+  if (!recvs_.empty()) moved |= progress_recv();
+  return moved;
+}
+
+bool ShmLink::progress_send() {
+  bool moved = false;
+  while (!sends_.empty()) {
+    Request* r = sends_.front();
+    check_peer(r);
+    uint64_t space = cap_ - (out_head_ - out_->tail.load(std::memory_order_acquire));
+    if (r->state == 0) {
+      if (space < sizeof(FrameHeader)) break;
+      FrameHeader h{kFrameMagic, 0, r->sig, r->bytes};
+      copy_in(out_data_, cap_, out_head_, reinterpret_cast<const uint8_t*>(&h), sizeof h);
+      out_head_ += sizeof h;
+      space -= sizeof h;
+      r->state = 1;
+      moved = true;
+    }
+    while (r->done < r->bytes && space > 0) {
+      uint64_t n = std::min<uint64_t>({space, r->bytes - r->done, kSlice});
+      copy_in(out_data_, cap_, out_head_, r->buf + r->done, n);
+      out_head_ += n;
+      space -= n;
+      r->done += n;
+      out_->head.store(out_head_, std::memory_order_release);
+      Engine::ring(peer_ctl_);
+      moved = true;
+    }
+    out_->head.store(out_head_, std::memory_order_release);
+    if (r->done < r->bytes) break;
+    r->complete = true;
+    sends_.pop_front();
+  }
+  if (moved) Engine::ring(peer_ctl_);
+  return moved;
+}
+
+bool ShmLink::progress_recv() {
+  bool moved = false;
+  while (!recvs_.empty()) {
+    Request* r = recvs_.front();
+    uint64_t avail = in_->head.load(std::memory_order_acquire) - in_tail_;
+    if (r->state == 0) {
+      if (avail < sizeof(FrameHeader)) {
+        check_peer(r);
+        break;
+      }
+      FrameHeader h;
+      copy_out(reinterpret_cast<uint8_t*>(&h), in_data_, cap_, in_tail_, sizeof h);
+      if (h.magic != kFrameMagic)
+        throw PeerError(std::string(r->what) + ": corrupt frame from rank " + std::to_string(peer_));
+      if (h.sig != r->sig || h.bytes != r->bytes)
+        throw PeerError(std::string(r->what) + ": rank " + std::to_string(peer_) + " sent a " +
+                        std::to_string(h.bytes) + "-byte message for a different call (signature " +
+                        std::to_string(h.sig) + ") but this rank expects " + std::to_string(r->bytes) +
+                        " bytes (signature " + std::to_string(r->sig) +
+                        "): the ranks called mismatched ops (op, count, dtype, root, tag or algorithm differ)");
+      in_tail_ += sizeof h;
+      avail -= sizeof h;
+      r->state = 1;
+      moved = true;
+    }
+    while (r->done < r->bytes && avail > 0) {
+      uint64_t n = std::min<uint64_t>({avail, r->bytes - r->done, kSlice});
+      copy_out(r->buf + r->done, in_data_, cap_, in_tail_, n);
+      in_tail_ += n;
+      avail -= n;
+      r->done += n;
+      in_->tail.store(in_tail_, std::memory_order_release);
+      Engine::ring(peer_ctl_);
+      moved = true;
+    }
+    in_->tail.store(in_tail_, std::memory_order_release);
+    if (r->done < r->bytes) {
+      if (!avail) check_peer(r);
+      break;
+    }
+    r->complete = true;
+    recvs_.pop_front();
+  }
+  if (moved) Engine::ring(peer_ctl_);
+  return moved;
+}
+
+}  // namespace shoal

@@ -1,0 +1,41 @@
+// A link to a peer on the same host: two single-producer single-consumer byte rings, ours in
+// the peer's segment (we write) and the peer's in ours (we read). Messages are framed as on
+// every transport (link.h). Large messages stream through the ring in slices, so the receiver
+// copies out while the sender copies in.
+#pragma once
+#include <deque>
+
+#include "transport/link.h"
+#include "transport/shm_segment.h"
+
+namespace shoal {
+
+class ShmLink : public Link {
+ public:
+  // `mine` is this rank's segment, `theirs` the peer's (mapped here).
+  ShmLink(int rank, int peer, const ShmSegment& mine, const ShmSegment& theirs);
+  void post(Request* r) override;
+  bool progress() override;
+  bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
+  void close() noexcept override {}
+  const char* kind() const override { return "shm"; }
+
+ private:
+  bool progress_send();
+  bool progress_recv();
+  void check_peer(const Request* r) const;
+
+  int rank_, peer_;
+  ShmControl* peer_ctl_;
+  ShmRing* out_;      // in the peer's segment
+  uint8_t* out_data_;
+  ShmRing* in_;       // in ours
+  uint8_t* in_data_;
+  ShmControl* self_ctl_;
+  uint64_t cap_;      // ring bytes (power of two), same both ways
+  uint64_t out_head_ = 0;  // our copy of out_->head
+  uint64_t in_tail_ = 0;   // our copy of in_->tail
+  std::deque<Request*> sends_, recvs_;
+};
+
+}  // namespace shoal

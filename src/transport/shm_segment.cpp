@@ -1,0 +1,142 @@
+#include "transport/shm_segment.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "core/log.h"
+#include "shoal/error.h"
+
+namespace shoal {
+namespace {
+constexpr uint64_t kSegMagic = 0x53484f414c534547ull;  // "SHOALSEG"
+constexpr size_t kPage = 4096;
+
+size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+size_t control_bytes() { return round_up(sizeof(ShmControl), kPage); }
+size_t ring_stride(size_t ring_bytes) { return round_up(sizeof(ShmRing) + ring_bytes, kPage); }
+size_t total_bytes(int size, size_t ring_bytes, size_t scratch_bytes) {
+  return control_bytes() + size * ring_stride(ring_bytes) + round_up(scratch_bytes, kPage);
+}
+std::string errno_text() { return std::strerror(errno); }
+}  // namespace
+
+std::string ShmSegment::make_name(int pid, const std::string& group_id, int rank) {
+  return "/shoal-" + std::to_string(pid) + "-" + group_id + "-" + std::to_string(rank);
+}
+
+ShmSegment ShmSegment::create(const std::string& name, int size, size_t ring_bytes, size_t scratch_bytes,
+                              uint64_t nonce) {
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) throw Error("shm_open(" + name + ") failed: " + errno_text());
+  size_t bytes = total_bytes(size, ring_bytes, scratch_bytes);
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int e = errno;
+    close(fd);
+    shm_unlink(name.c_str());
+    throw Error("ftruncate of shared segment " + name + " to " + std::to_string(bytes) + " bytes failed: " + std::strerror(e));
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    shm_unlink(name.c_str());
+    throw Error("mmap of shared segment " + name + " failed: " + errno_text());
+  }
+  ShmSegment s;
+  s.base_ = static_cast<uint8_t*>(p);
+  s.bytes_ = bytes;
+  s.name_ = name;
+  s.owner_ = true;
+  auto* c = new (p) ShmControl();
+  c->nonce = nonce;
+  c->pid = getpid();
+  c->size = size;
+  c->ring_bytes = ring_bytes;
+  c->scratch_bytes = scratch_bytes;
+  for (int r = 0; r < size; ++r) new (s.ring(r)) ShmRing();
+  std::atomic_thread_fence(std::memory_order_release);
+  __atomic_store_n(&c->magic, kSegMagic, __ATOMIC_RELEASE);
+  return s;
+}
+
+ShmSegment ShmSegment::open_existing(const std::string& name) {
+  int fd = shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) throw Error("shm_open(" + name + ") failed: " + errno_text());
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_uid != geteuid() || static_cast<size_t>(st.st_size) < sizeof(ShmControl)) {
+    close(fd);
+    throw Error("shared segment " + name + " is not a shoal segment of this user");
+  }
+  void* p = mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) throw Error("mmap of shared segment " + name + " failed: " + errno_text());
+  ShmSegment s;
+  s.base_ = static_cast<uint8_t*>(p);
+  s.bytes_ = st.st_size;
+  s.name_ = name;
+  auto* c = s.control();
+  if (__atomic_load_n(&c->magic, __ATOMIC_ACQUIRE) != kSegMagic ||
+      total_bytes(c->size, c->ring_bytes, c->scratch_bytes) != s.bytes_)
+    throw Error("shared segment " + name + " has an unexpected layout");
+  return s;
+}
+
+ShmSegment::ShmSegment(ShmSegment&& o) noexcept { *this = std::move(o); }
+
+ShmSegment& ShmSegment::operator=(ShmSegment&& o) noexcept {
+  if (this != &o) {
+    this->~ShmSegment();
+    base_ = o.base_;
+    bytes_ = o.bytes_;
+    name_ = std::move(o.name_);
+    owner_ = o.owner_;
+    o.base_ = nullptr;
+    o.owner_ = false;
+  }
+  return *this;
+}
+
+ShmSegment::~ShmSegment() {
+  if (owner_) unlink();
+  if (base_) munmap(base_, bytes_);
+  base_ = nullptr;
+}
+
+void ShmSegment::unlink() {
+  if (owner_ && !name_.empty()) {
+    shm_unlink(name_.c_str());
+    owner_ = false;
+  }
+}
+
+ShmRing* ShmSegment::ring(int from) const {
+  return reinterpret_cast<ShmRing*>(base_ + control_bytes() + from * ring_stride(control()->ring_bytes));
+}
+
+uint8_t* ShmSegment::ring_data(int from) const { return reinterpret_cast<uint8_t*>(ring(from)) + sizeof(ShmRing); }
+
+uint8_t* ShmSegment::scratch() const {
+  return base_ + control_bytes() + control()->size * ring_stride(control()->ring_bytes);
+}
+
+void ShmSegment::remove_stale_segments() {
+  DIR* d = opendir("/dev/shm");
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    int pid = 0;
+    if (std::sscanf(e->d_name, "shoal-%d-", &pid) != 1 || pid <= 0) continue;
+    if (kill(pid, 0) == 0 || errno == EPERM) continue;  // still running (or not ours to judge)
+    std::string name = std::string("/") + e->d_name;
+    if (shm_unlink(name.c_str()) == 0) SHOAL_LOG(info, "removed stale shared segment %s", name.c_str());
+  }
+  closedir(d);
+}
+
+}  // namespace shoal

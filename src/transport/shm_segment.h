@@ -1,0 +1,62 @@
+// One rank's shared-memory segment: its control block, the inbound rings from each peer and a
+// scratch area the direct algorithms use. Created by its owner with mode 0600 under a name that
+// carries the owner's pid ("/shoal-<pid>-<group id>-<rank>"), mapped by same-host peers, and
+// unlinked by the owner once every peer has mapped it; remove_stale_segments() unlinks what a
+// crashed process left between creation and that point.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace shoal {
+
+struct alignas(64) ShmControl {
+  uint64_t magic;
+  uint64_t nonce;  // the probe: a peer that can open the segment and read this nonce shares our memory
+  int32_t pid;
+  int32_t size;
+  uint64_t ring_bytes;
+  uint64_t scratch_bytes;
+  alignas(64) std::atomic<uint32_t> doorbell;  // bumped by anyone with news for the owner
+  alignas(64) std::atomic<uint32_t> sleeping;  // owner is (about to be) in futex_wait on doorbell
+  alignas(64) std::atomic<uint32_t> state;     // 0 alive, 1 aborted (reason below)
+  char reason[256];
+  alignas(64) std::atomic<uint64_t> barrier_seq;  // ShmGroup barrier arrivals of the owner
+};
+
+struct alignas(64) ShmRing {  // single producer (the peer), single consumer (the owner)
+  alignas(64) std::atomic<uint64_t> head;  // bytes ever written
+  alignas(64) std::atomic<uint64_t> tail;  // bytes ever consumed
+  // data follows (ring_bytes, a power of two), 64-byte aligned
+};
+
+class ShmSegment {
+ public:
+  // Creates this rank's segment (O_EXCL, 0600) or maps a peer's (open_existing). Throws Error.
+  static ShmSegment create(const std::string& name, int size, size_t ring_bytes, size_t scratch_bytes, uint64_t nonce);
+  static ShmSegment open_existing(const std::string& name);  // throws Error if absent or not ours
+  ShmSegment() = default;
+  ShmSegment(ShmSegment&& o) noexcept;
+  ShmSegment& operator=(ShmSegment&& o) noexcept;
+  ~ShmSegment();
+
+  ShmControl* control() const { return reinterpret_cast<ShmControl*>(base_); }
+  ShmRing* ring(int from) const;      // inbound ring written by rank `from`
+  uint8_t* ring_data(int from) const;
+  uint8_t* scratch() const;
+  bool valid() const { return base_ != nullptr; }
+  void unlink();  // removes the name (the mapping stays)
+
+  static std::string make_name(int pid, const std::string& group_id, int rank);
+  // Unlinks /dev/shm/shoal-<pid>-* whose pid is no longer running.
+  static void remove_stale_segments();
+
+ private:
+  uint8_t* base_ = nullptr;
+  size_t bytes_ = 0;
+  std::string name_;
+  bool owner_ = false;
+};
+
+}  // namespace shoal
