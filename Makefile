@@ -1,0 +1,45 @@
+# shoal: `make demo` runs the main job end to end, `make test` runs every test.
+# Both set everything up on a fresh machine first (Debian packages, .venv, the build).
+
+BUILD ?= build
+JOBS ?= 2
+PY := .venv/bin/python
+APT_PACKAGES := cmake g++ make libgloo-dev libgtest-dev libgmock-dev iproute2 iperf3
+
+.PHONY: all setup deps venv build test demo bench clean
+
+all: build
+
+deps: .deps-stamp
+.deps-stamp:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
+	fi
+	@touch $@
+
+venv: .venv/.stamp
+.venv/.stamp: requirements-dev.txt
+	python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	@touch $@
+
+setup: deps venv
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(BUILD) -j$(JOBS)
+
+test: setup build
+	cd $(BUILD) && ctest --output-on-failure --timeout 600
+
+demo: setup build
+	@for op in allreduce allgather broadcast; do \
+	  $(BUILD)/shoal-bench $$op -n 4 -b 4K -e 16M -f 16 --check --vs gloo || exit 1; echo; \
+	done
+
+clean:
+	rm -rf $(BUILD) .deps-stamp
