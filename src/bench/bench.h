@@ -1,0 +1,122 @@
+// shoal-bench: shared declarations of the benchmark CLI (src/bench/*.cpp). See docs/bench.md.
+//
+// One process (the launcher) starts a TcpStore server and forks/execs itself once per rank; each
+// rank builds a shoal::Communicator (and, with --vs gloo, a Gloo context) and runs the sweep;
+// rank 0 prints the table. Coordination between ranks (syncs, the iteration count, the results)
+// goes through the store only, so that a failing backend never desynchronises the sweep.
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shoal/communicator.h"
+#include "shoal/store.h"
+#include "shoal/types.h"
+
+namespace shoal::bench {
+
+enum class Op : uint8_t {
+  allreduce, broadcast, reduce, allgather, reduce_scatter, gather, scatter, alltoall, sendrecv, barrier
+};
+const char* op_name(Op op);
+std::optional<Op> parse_op(const std::string& s);
+
+struct Config {
+  Op op = Op::allreduce;
+  int ranks = 2;
+  size_t min_bytes = 4096;
+  size_t max_bytes = 4096;
+  double factor = 2;
+  DType dtype = DType::f32;
+  ReduceOp rop = ReduceOp::sum;
+  std::string algo_str = "auto";
+  Algo algo = Algo::automatic;
+  std::string transport = "auto";  // as given on the command line
+  bool transport_given = false;
+  bool check = false;
+  bool vs_gloo = false;
+  std::string json_path;
+  int iters = 0;    // 0 = adaptive
+  int warmup = -1;  // -1 = by size (5 below 8 MiB, 2 from there)
+  std::vector<std::string> argv;  // the original arguments, passed on to the ranks
+};
+
+// Parses argv (without argv[0]). Throws std::invalid_argument with a message on bad input.
+Config parse_args(const std::vector<std::string>& args);
+std::string usage();
+size_t parse_size(const std::string& s);  // "4K", "64M", "1G", "123"
+std::string format_size(size_t bytes);    // "4K", "64M", "1000"
+
+// Busbw factor of nccl-tests for `op` among p ranks.
+double busbw_factor(Op op, int p);
+
+// The shape of one benchmarked op at one size.
+struct Spec {
+  Op op;
+  DType dt;
+  ReduceOp rop;
+  int p;        // ranks
+  int rank;
+  size_t block; // elements per rank block (allreduce etc: the whole buffer)
+  size_t esize; // bytes per element
+  size_t bytes; // the size the row reports (nccl-tests definition)
+  size_t count; // the count the row reports: bytes / esize
+  size_t in_elems;
+  size_t out_elems;
+};
+Spec make_spec(Op op, DType dt, ReduceOp rop, int p, int rank, size_t size_bytes);
+
+// 64-byte aligned byte buffer.
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(size_t bytes);
+  uint8_t* data() const { return p_.get(); }
+  size_t size() const { return n_; }
+
+ private:
+  struct Free { void operator()(uint8_t* p) const; };
+  std::unique_ptr<uint8_t, Free> p_;
+  size_t n_ = 0;
+};
+
+struct Buffers {
+  Buffer in, out, tmp;  // tmp: scratch of a backend (gloo reduce_scatter)
+};
+Buffers alloc_buffers(const Spec& s);
+
+// Deterministic inputs (small integers, exact in every dtype), a sentinel in the outputs, and
+// verification of the outputs against a reference computed here, independently of shoal.
+void fill_inputs(const Spec& s, Buffers& b);
+void fill_sentinel(const Spec& s, Buffers& b);
+std::string verify(const Spec& s, const Buffers& b);  // "ok" or a description of the first error
+
+// A backend runs one op of `spec` to completion, synchronously.
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  virtual const char* name() const = 0;
+  virtual void run(const Spec& s, Buffers& b) = 0;
+  virtual void barrier() = 0;
+};
+
+std::unique_ptr<Runner> make_shoal_runner(Communicator& comm, Algo algo);
+
+// Gloo over its TCP transport on 127.0.0.1, rendezvous through `store` (keys under "bench-gloo/").
+// Returns null with `why` set when built without Gloo.
+std::unique_ptr<Runner> make_gloo_runner(std::shared_ptr<Store> store, int rank, int size,
+                                         std::chrono::milliseconds timeout, std::string* why);
+// One line describing how gloo runs `op` (device and algorithm), for the table header.
+std::string gloo_description(Op op, const Runner* gloo);
+bool have_gloo();
+
+// Launcher side: forks/execs this binary `cfg.ranks` times and waits. Returns the exit status.
+int launch(const Config& cfg, const char* self);
+// Rank side (SHOAL_RANK set). Returns the exit status.
+int worker_main(const Config& cfg);
+
+}  // namespace shoal::bench

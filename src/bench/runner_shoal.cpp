@@ -1,0 +1,68 @@
+// shoal-bench: the shoal side. Each op is submitted and waited for before the next one, as a
+// synchronous caller (and the Gloo side) does; roots are rank 0; sendrecv sends rank 0 -> rank 1.
+#include "bench/bench.h"
+
+namespace shoal::bench {
+
+namespace {
+
+class ShoalRunner final : public Runner {
+ public:
+  ShoalRunner(Communicator& comm, Algo algo) : comm_(comm) { co_.algo = algo; }
+  const char* name() const override { return "shoal"; }
+
+  void run(const Spec& s, Buffers& b) override {
+    void* in = b.in.data();
+    void* out = b.out.data();
+    const size_t c = s.block;
+    WorkPtr w;
+    switch (s.op) {
+      case Op::allreduce:
+        w = comm_.allreduce(in, out, c, s.dt, s.rop, co_);
+        break;
+      case Op::broadcast:
+        w = comm_.broadcast(in, c, s.dt, 0, co_);
+        break;
+      case Op::reduce:
+        w = comm_.reduce(in, out, c, s.dt, s.rop, 0, co_);
+        break;
+      case Op::allgather:
+        w = comm_.allgather(in, out, c, s.dt, co_);
+        break;
+      case Op::reduce_scatter:
+        w = comm_.reduce_scatter(in, out, c, s.dt, s.rop, co_);
+        break;
+      case Op::gather:
+        w = comm_.gather(in, out, c, s.dt, 0, co_);
+        break;
+      case Op::scatter:
+        w = comm_.scatter(in, out, c, s.dt, 0, co_);
+        break;
+      case Op::alltoall:
+        w = comm_.alltoall(in, out, c, s.dt, co_);
+        break;
+      case Op::sendrecv:
+        if (s.rank == 0) w = comm_.send(in, c, s.dt, 1);
+        else if (s.rank == 1) w = comm_.recv(out, c, s.dt, 0);
+        break;
+      case Op::barrier:
+        w = comm_.barrier();
+        break;
+    }
+    if (w) w->wait();
+  }
+
+  void barrier() override { comm_.barrier()->wait(); }
+
+ private:
+  Communicator& comm_;
+  CallOptions co_;
+};
+
+}  // namespace
+
+std::unique_ptr<Runner> make_shoal_runner(Communicator& comm, Algo algo) {
+  return std::make_unique<ShoalRunner>(comm, algo);
+}
+
+}  // namespace shoal::bench

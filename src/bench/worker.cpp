@@ -1,0 +1,555 @@
+// shoal-bench: one rank. Builds the communicator (and the Gloo context), sweeps the sizes, and on
+// rank 0 prints the table and writes the JSON.
+//
+// Per size, for each backend (shoal, then gloo): optional check run, warmup; then the ranks agree
+// on the iteration count (through the store: same count on every rank and for both backends);
+// then for each backend: store sync, the backend's own barrier, the timed loop. The per-rank
+// averages go through the store to every rank; the row shows the max over ranks.
+//
+// All coordination goes through the store, never through the backends, so a failing backend only
+// fills its columns with the error. An InvalidArgument (e.g. an --algo that does not apply to the
+// op) is the same on every rank and only affects its row; any other error disables that backend
+// for the remaining sizes (its connections are in an unknown state).
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "bench/bench.h"
+#include "shoal/error.h"
+
+namespace shoal::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+// Store-based coordination among the ranks (keys under "bench/").
+class Coord {
+ public:
+  Coord(std::shared_ptr<Store> store, int rank, int size, Millis timeout)
+      : store_(std::move(store)), rank_(rank), size_(size), timeout_(timeout) {}
+
+  void sync() {
+    std::string k = "bench/sync/" + std::to_string(seq_++);
+    if (store_->add(k, 1) == size_) store_->set(k + "/go", Bytes{1});
+    store_->wait({k + "/go"}, timeout_);
+  }
+
+  // Every rank's string for `name`, in rank order.
+  std::vector<std::string> exchange(const std::string& name, const std::string& mine) {
+    std::string base = "bench/x/" + std::to_string(seq_++) + "/" + name + "/";
+    store_->set_string(base + std::to_string(rank_), mine);
+    std::vector<std::string> all(size_);
+    for (int r = 0; r < size_; ++r) all[r] = r == rank_ ? mine : store_->get_string(base + std::to_string(r), timeout_);
+    return all;
+  }
+
+ private:
+  std::shared_ptr<Store> store_;
+  int rank_, size_;
+  Millis timeout_;
+  uint64_t seq_ = 0;
+};
+
+// Messages travel in tab-separated records: keep them on one line, without tabs.
+std::string clean(std::string s) {
+  for (char& c : s)
+    if (c == '\t' || c == '\n' || c == '\r') c = ' ';
+  if (s.size() > 300) s = s.substr(0, 297) + "...";
+  return s;
+}
+
+std::vector<std::string> split_tabs(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    size_t t = s.find('\t', start);
+    out.push_back(s.substr(start, t == std::string::npos ? std::string::npos : t - start));
+    if (t == std::string::npos) break;
+    start = t + 1;
+  }
+  return out;
+}
+
+bool is_symmetric_error(const std::exception& e) {
+  return dynamic_cast<const InvalidArgument*>(&e) != nullptr || dynamic_cast<const std::invalid_argument*>(&e) != nullptr;
+}
+
+// One backend's state on this rank, for the current size.
+struct Phase {
+  Runner* runner = nullptr;
+  bool enabled = false;    // not disabled by an earlier fatal error (same on every rank)
+  std::string disabled_why;
+  std::string error;       // this size's error on this rank ("" = none)
+  bool fatal = false;      // the error disables the backend from now on
+  std::string check;       // "ok", the error, or "" when not checked
+  double est = 0;          // seconds per iteration seen in warmup
+  double avg = 0;          // seconds per timed iteration
+
+  void reset() {
+    error.clear();
+    fatal = false;
+    check.clear();
+    est = avg = 0;
+  }
+  void fail(const std::exception& e) {
+    error = clean(e.what());
+    fatal = !is_symmetric_error(e);
+    if (error.empty()) error = "error";
+  }
+};
+
+// The row as seen by rank 0 after the exchange.
+struct Result {
+  bool ran = false;
+  std::string error;  // first error among the ranks, "rank R: ..."
+  std::string check;  // "ok" or the first failure
+  double us = 0;      // max over ranks of the per-rank average
+};
+
+struct Row {
+  size_t bytes = 0, count = 0;
+  int iters = 0;
+  Result shoal, gloo;
+  bool has_gloo = false;
+  std::string skipped;  // why the size was not run at all
+};
+
+std::string machine_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto c = line.find(':');
+      if (c != std::string::npos) {
+        std::string m = line.substr(c + 1);
+        m.erase(0, m.find_first_not_of(" \t"));
+        return m;
+      }
+    }
+  }
+  return "unknown";
+}
+
+int machine_nproc() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      case '\r': o += "\\r"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          o += buf;
+        } else {
+          o += static_cast<char>(c);
+        }
+    }
+  }
+  return o;
+}
+
+std::string json_num(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+double algbw(size_t bytes, double us) { return us > 0 ? static_cast<double>(bytes) / (us * 1e-6) / 1e9 : 0; }
+
+std::vector<size_t> sizes_of(const Config& cfg) {
+  std::vector<size_t> v;
+  if (cfg.op == Op::barrier) return {0};
+  double s = static_cast<double>(cfg.min_bytes);
+  size_t last = SIZE_MAX;
+  while (s <= static_cast<double>(cfg.max_bytes) * (1 + 1e-12)) {
+    size_t b = static_cast<size_t>(std::llround(s));
+    if (b != last) v.push_back(b);
+    last = b;
+    if (s == 0) break;  // -b 0: a single row
+    s *= cfg.factor;
+  }
+  return v;
+}
+
+class Printer {
+ public:
+  Printer(const Config& cfg) : cfg_(cfg) {}
+
+  void header(const std::string& transport_used, const std::string& gloo_line, int p) {
+    std::printf("# shoal-bench %s  ranks %d  dtype %s  op %s  algo %s  transport %s (%s)\n", op_name(cfg_.op), p,
+                dtype_name(cfg_.dtype), reduce_op_name(cfg_.rop), cfg_.algo_str.c_str(), cfg_.transport.c_str(),
+                transport_used.c_str());
+    std::printf("# machine: %d x %s\n", machine_nproc(), machine_model().c_str());
+    if (cfg_.iters > 0)
+      std::printf("# timing: %d iterations per size", cfg_.iters);
+    else
+      std::printf("# timing: adaptive iterations per size (~0.2 s for the faster backend, at most ~2 s for the "
+                  "slower, 3..1000)");
+    std::printf(", same count for every backend; time = max over ranks of the per-rank average\n");
+    std::printf("# busbw = algbw * %s (nccl-tests)\n", busbw_text().c_str());
+    if (cfg_.vs_gloo) std::printf("# %s\n", gloo_line.c_str());
+    std::printf("#\n");
+    std::string l1 = "#       size       count  iters |  shoal time     algbw     busbw";
+    std::string l2 = "#        (B)    (elements)       |       (us)    (GB/s)    (GB/s)";
+    if (cfg_.check) l1 += "  check", l2 += "       ";
+    if (cfg_.vs_gloo) {
+      l1 += " |   gloo time     busbw";
+      l2 += " |        (us)    (GB/s)";
+      if (cfg_.check) l1 += "  check", l2 += "       ";
+      l1 += " |   ratio";
+      l2 += " | gloo/shoal";
+    }
+    std::printf("%s\n%s\n", l1.c_str(), l2.c_str());
+    std::fflush(stdout);
+  }
+
+  void row(const Row& r) {
+    std::string notes;
+    std::printf(" %12zu %11zu %6d |", r.bytes, r.count, r.iters);
+    if (!r.skipped.empty()) {
+      std::printf(" %s\n", r.skipped.c_str());
+      std::fflush(stdout);
+      return;
+    }
+    print_backend(r.shoal, true, "shoal", notes);
+    if (cfg_.vs_gloo) {
+      std::printf(" |");
+      print_backend(r.gloo, false, "gloo", notes);
+      if (r.shoal.ran && r.gloo.ran && r.shoal.error.empty() && r.gloo.error.empty() && r.shoal.us > 0)
+        std::printf(" | %7.2f", r.gloo.us / r.shoal.us);
+      else
+        std::printf(" | %7s", "-");
+    }
+    std::printf("%s\n", notes.c_str());
+    std::fflush(stdout);
+  }
+
+ private:
+  void print_backend(const Result& res, bool full, const char* name, std::string& notes) {
+    const double factor = busbw_factor(cfg_.op, p_);
+    if (!res.error.empty() || !res.ran) {
+      std::printf(full ? " %10s %9s %9s" : " %11s %9s", "error", "-", "-");
+      notes += std::string("  [") + name + ": " + (res.error.empty() ? "not run" : res.error) + "]";
+    } else {
+      double ab = algbw(bytes_, res.us);
+      if (bytes_ == 0) {  // barrier: no bandwidth
+        if (full) std::printf(" %10.2f %9s %9s", res.us, "-", "-");
+        else std::printf(" %11.2f %9s", res.us, "-");
+      } else if (full)
+        std::printf(" %10.2f %9.3f %9.3f", res.us, ab, ab * factor);
+      else
+        std::printf(" %11.2f %9.3f", res.us, ab * factor);
+    }
+    if (cfg_.check) {
+      if (res.check.empty() || res.check == "not run") std::printf(" %6s", "-");
+      else if (res.check == "ok") std::printf(" %6s", "ok");
+      else {
+        std::printf(" %6s", "FAIL");
+        notes += std::string("  [") + name + " check: " + res.check + "]";
+      }
+    }
+  }
+
+  std::string busbw_text() const {
+    switch (cfg_.op) {
+      case Op::allreduce: return "2(p-1)/p";
+      case Op::allgather:
+      case Op::reduce_scatter:
+      case Op::alltoall: return "(p-1)/p";
+      default: return "1";
+    }
+  }
+
+ public:
+  void set_row_context(size_t bytes, int p) { bytes_ = bytes, p_ = p; }
+
+ private:
+  const Config& cfg_;
+  size_t bytes_ = 0;
+  int p_ = 1;
+};
+
+void write_json(const Config& cfg, int p, const std::string& transport_used, const std::string& gloo_line,
+                const std::vector<Row>& rows) {
+  std::ofstream f(cfg.json_path);
+  if (!f) throw std::runtime_error("cannot write " + cfg.json_path);
+  const double factor = busbw_factor(cfg.op, p);
+  f << "{\n";
+  f << "  \"op\": \"" << op_name(cfg.op) << "\",\n";
+  f << "  \"ranks\": " << p << ",\n";
+  f << "  \"dtype\": \"" << dtype_name(cfg.dtype) << "\",\n";
+  f << "  \"reduce_op\": \"" << reduce_op_name(cfg.rop) << "\",\n";
+  f << "  \"transport\": \"" << json_escape(cfg.transport) << "\",\n";
+  f << "  \"transport_used\": \"" << json_escape(transport_used) << "\",\n";
+  f << "  \"algo\": \"" << json_escape(cfg.algo_str) << "\",\n";
+  f << "  \"machine\": {\"nproc\": " << machine_nproc() << ", \"model\": \"" << json_escape(machine_model()) << "\"},\n";
+  if (cfg.vs_gloo) f << "  \"gloo\": \"" << json_escape(gloo_line) << "\",\n";
+  f << "  \"rows\": [";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    f << (i ? ",\n" : "\n") << "    {\"bytes\": " << r.bytes << ", \"count\": " << r.count << ", \"iters\": " << r.iters;
+    auto put_us = [&](const char* key, const Result& res) {
+      bool good = res.ran && res.error.empty();
+      f << ", \"" << key << "\": " << (good ? json_num(res.us) : "null");
+      return good;
+    };
+    bool sgood = put_us("shoal_us", r.shoal);
+    double sab = sgood ? algbw(r.bytes, r.shoal.us) : NAN;
+    f << ", \"shoal_algbw\": " << json_num(sab) << ", \"shoal_busbw\": " << json_num(sab * factor);
+    if (!r.shoal.error.empty()) f << ", \"shoal_error\": \"" << json_escape(r.shoal.error) << "\"";
+    if (!r.skipped.empty()) f << ", \"skipped\": \"" << json_escape(r.skipped) << "\"";
+    if (cfg.vs_gloo) {
+      bool ggood = put_us("gloo_us", r.gloo);
+      double gab = ggood ? algbw(r.bytes, r.gloo.us) : NAN;
+      f << ", \"gloo_busbw\": " << json_num(gab * factor);
+      f << ", \"ratio\": " << json_num(sgood && ggood && r.shoal.us > 0 ? r.gloo.us / r.shoal.us : NAN);
+      if (!r.gloo.error.empty()) f << ", \"gloo_error\": \"" << json_escape(r.gloo.error) << "\"";
+    }
+    if (cfg.check) {
+      f << ", \"check\": \"" << json_escape(r.shoal.check.empty() ? "not run" : r.shoal.check) << "\"";
+      if (cfg.vs_gloo) f << ", \"gloo_check\": \"" << json_escape(r.gloo.check.empty() ? "not run" : r.gloo.check) << "\"";
+    }
+    f << "}";
+  }
+  f << "\n  ]\n}\n";
+  if (!f) throw std::runtime_error("error writing " + cfg.json_path);
+}
+
+int env_int(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return dflt;
+  return std::atoi(v);
+}
+
+}  // namespace
+
+int worker_main(const Config& cfg) {
+  const int rank = env_int("SHOAL_RANK", 0);
+  const int p = env_int("SHOAL_WORLD_SIZE", cfg.ranks);
+  if (p < 1 || rank < 0 || rank >= p) throw std::invalid_argument("bad SHOAL_RANK / SHOAL_WORLD_SIZE");
+  if (cfg.op == Op::sendrecv && p < 2) throw std::invalid_argument("sendrecv needs 2 ranks or more");
+
+  Options opts = Options::from_env({});
+  auto store = store_from_env(rank, Millis(60000));
+  // Coordination may wait for a slow backend's timeout on another rank: be more patient than it.
+  const Millis coord_timeout = opts.timeout * 2 + Millis(std::chrono::minutes(10));
+  Coord coord(store, rank, p, coord_timeout);
+
+  Communicator comm(store, rank, p, opts);
+  std::unique_ptr<Runner> shoal_runner = make_shoal_runner(comm, cfg.algo);
+  std::string transport_used = p > 1 ? "rank " + std::to_string(rank) + " -> " + std::to_string((rank + 1) % p) +
+                                           ": " + comm.transport_to((rank + 1) % p)
+                                     : "single rank";
+
+  std::unique_ptr<Runner> gloo_runner;
+  std::string gloo_setup_error;
+  if (cfg.vs_gloo) {
+    try {
+      std::string why;
+      gloo_runner = make_gloo_runner(store, rank, p, opts.timeout, &why);
+      if (!gloo_runner) gloo_setup_error = why;
+    } catch (const std::exception& e) {
+      gloo_setup_error = "gloo setup: " + clean(e.what());
+    }
+    // Same view on every rank.
+    auto all = coord.exchange("gloo-setup", gloo_setup_error);
+    for (int r = 0; r < p; ++r)
+      if (!all[r].empty()) {
+        gloo_setup_error = "rank " + std::to_string(r) + ": " + all[r];
+        break;
+      }
+  }
+
+  Phase ph[2];
+  ph[0].runner = shoal_runner.get();
+  ph[0].enabled = true;
+  ph[1].runner = gloo_runner.get();
+  ph[1].enabled = cfg.vs_gloo && gloo_setup_error.empty() && gloo_runner;
+  ph[1].disabled_why = gloo_setup_error;
+  const int nph = cfg.vs_gloo ? 2 : 1;
+
+  Printer printer(cfg);
+  if (rank == 0) printer.header(transport_used, cfg.vs_gloo ? gloo_description(cfg.op, gloo_runner.get()) : "", p);
+
+  std::vector<Row> rows;
+  for (size_t size : sizes_of(cfg)) {
+    Spec spec = make_spec(cfg.op, cfg.dtype, cfg.rop, p, rank, size);
+    Row row;
+    row.bytes = spec.bytes;
+    row.count = spec.count;
+    row.has_gloo = cfg.vs_gloo;
+    if (spec.count == 0 && cfg.op != Op::barrier) {
+      row.skipped = "skipped: smaller than one element per rank";
+      if (rank == 0) {
+        printer.set_row_context(row.bytes, p);
+        printer.row(row);
+      }
+      rows.push_back(row);
+      continue;
+    }
+    Buffers buf = alloc_buffers(spec);
+    const int warmup = cfg.warmup >= 0 ? cfg.warmup : (spec.bytes < (size_t{8} << 20) ? 5 : 2);
+
+    // 1. Check and warmup, per backend.
+    for (int b = 0; b < nph; ++b) {
+      Phase& P = ph[b];
+      P.reset();
+      if (!P.enabled) continue;
+      try {
+        fill_inputs(spec, buf);
+        if (cfg.check) {
+          fill_sentinel(spec, buf);
+          P.runner->run(spec, buf);
+          P.check = clean(verify(spec, buf));
+          fill_inputs(spec, buf);
+        }
+        int w = warmup;
+        if (cfg.iters == 0 && w == 0) w = 1;  // the adaptive count needs one measured iteration
+        if (w > 0) {
+          P.runner->run(spec, buf);  // the first one is not measured (first touch, connection setup)
+          double t0 = now_s();
+          for (int i = 1; i < w; ++i) P.runner->run(spec, buf);
+          double t1 = now_s();
+          if (w > 1) {
+            P.est = (t1 - t0) / (w - 1);
+          } else {
+            double t2 = now_s();
+            P.runner->run(spec, buf);
+            P.est = now_s() - t2;
+          }
+        }
+      } catch (const std::exception& e) {
+        P.fail(e);
+      }
+    }
+
+    // 2. Agree on the iteration count; a backend that failed anywhere is not timed.
+    bool failed_anywhere[2] = {false, false};
+    {
+      std::ostringstream mine;
+      mine.precision(17);
+      for (int b = 0; b < nph; ++b) mine << ph[b].est << '\t' << (ph[b].error.empty() ? 0 : 1) << '\t';
+      auto all = coord.exchange("est", mine.str());
+      double est[2] = {0, 0};
+      for (int r = 0; r < p; ++r) {
+        auto f = split_tabs(all[r]);
+        for (int b = 0; b < nph; ++b) {
+          est[b] = std::max(est[b], std::atof(f.at(2 * b).c_str()));
+          if (std::atoi(f.at(2 * b + 1).c_str())) failed_anywhere[b] = true;
+        }
+      }
+      int iters = cfg.iters;
+      if (iters == 0) {
+        double fast = 0, slow = 0;
+        for (int b = 0; b < nph; ++b) {
+          if (!ph[b].enabled || failed_anywhere[b]) continue;
+          double e = std::max(est[b], 1e-7);
+          fast = fast == 0 ? e : std::min(fast, e);
+          slow = std::max(slow, e);
+        }
+        double n = fast > 0 ? std::min(0.2 / fast, 2.0 / slow) : 3;
+        iters = static_cast<int>(std::clamp(std::ceil(n), 3.0, 1000.0));
+      }
+      row.iters = iters;
+    }
+
+    // 3. Timed loops.
+    for (int b = 0; b < nph; ++b) {
+      Phase& P = ph[b];
+      if (!P.enabled || failed_anywhere[b]) continue;
+      coord.sync();
+      try {
+        P.runner->barrier();
+        double t0 = now_s();
+        for (int i = 0; i < row.iters; ++i) P.runner->run(spec, buf);
+        double t1 = now_s();
+        P.avg = (t1 - t0) / row.iters;
+      } catch (const std::exception& e) {
+        P.fail(e);
+      }
+    }
+
+    // 4. Results to every rank (every rank needs to know whether a backend is to be disabled).
+    {
+      std::ostringstream mine;
+      mine.precision(17);
+      for (int b = 0; b < nph; ++b)
+        mine << ph[b].avg << '\t' << ph[b].error << '\t' << (ph[b].fatal ? 1 : 0) << '\t' << ph[b].check << '\t';
+      auto all = coord.exchange("res", mine.str());
+      Result* res[2] = {&row.shoal, &row.gloo};
+      for (int b = 0; b < nph; ++b) {
+        Result& R = *res[b];
+        if (!ph[b].enabled) {
+          R.ran = false;
+          R.error = ph[b].disabled_why.empty() ? "disabled" : ph[b].disabled_why;
+          if (cfg.check) R.check = "not run";
+          continue;
+        }
+        R.ran = true;
+        bool fatal = false, all_ok = true;
+        std::string first_bad;
+        for (int r = 0; r < p; ++r) {
+          auto f = split_tabs(all[r]);
+          double avg = std::atof(f.at(4 * b).c_str());
+          const std::string& err = f.at(4 * b + 1);
+          const std::string& chk = f.at(4 * b + 3);
+          if (std::atoi(f.at(4 * b + 2).c_str())) fatal = true;
+          if (!err.empty() && R.error.empty()) R.error = "rank " + std::to_string(r) + ": " + err;
+          if (chk != "ok") {
+            all_ok = false;
+            if (!chk.empty() && first_bad.empty()) first_bad = chk;
+          }
+          R.us = std::max(R.us, avg * 1e6);
+        }
+        if (cfg.check) R.check = all_ok ? "ok" : (first_bad.empty() ? "not run" : first_bad);
+        if (fatal) {
+          ph[b].enabled = false;
+          ph[b].disabled_why = std::string("disabled after an earlier error");
+        }
+      }
+    }
+
+    if (rank == 0) {
+      printer.set_row_context(row.bytes, p);
+      printer.row(row);
+    }
+    rows.push_back(row);
+  }
+
+  if (rank == 0 && !cfg.json_path.empty())
+    write_json(cfg, p, transport_used, cfg.vs_gloo ? gloo_description(cfg.op, gloo_runner.get()) : "", rows);
+
+  // Leave together: nobody tears its connections down while a peer still uses them.
+  coord.sync();
+  bool any_error = false;
+  for (const Row& r : rows) {
+    if (!r.shoal.error.empty()) any_error = true;
+    if (cfg.check && r.shoal.check != "ok" && r.skipped.empty()) any_error = true;
+  }
+  return any_error ? 3 : 0;
+}
+
+}  // namespace shoal::bench
