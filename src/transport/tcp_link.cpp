@@ -1,0 +1,734 @@
+// TCP transport: set-up (connect_tcp_links) and the TCP Link. See tcp_link.h and link.h.
+#include "transport/tcp_link.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/log.h"
+#include "shoal/error.h"
+
+namespace shoal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Messages of at least this many bytes are cut into one part per stream.
+constexpr size_t kSplitThreshold = 512 * 1024;
+// Part boundaries are multiples of this.
+constexpr size_t kPartAlign = 64;
+// SO_SNDBUF/SO_RCVBUF to request; 0 leaves the buffers to the kernel's autotuning. Setting them
+// turns autotuning off, and on loopback (2 processes, 64 MiB messages) fixed 4 MiB buffers cost
+// about 20% more CPU per byte than autotuned ones (cache footprint), while on long-haul paths
+// autotuning grows past 4 MiB anyway (tcp_rmem max). Failures to set them are ignored.
+constexpr int kSocketBuffer = 0;
+// Queued frames of one stream written with a single sendmsg.
+constexpr int kSendBatch = 16;
+
+constexpr uint32_t kHelloMagic = 0x53484f4c;  // "SHOL"
+constexpr size_t kHelloBytes = 4 + 32 + 4 + 4;
+constexpr uint8_t kHelloAck = 1;
+// A connection must present its hello within this long, so a silent intruder cannot stall set-up.
+constexpr auto kHelloTimeout = std::chrono::seconds(2);
+constexpr auto kConnectRetry = std::chrono::milliseconds(20);
+
+constexpr size_t kHdr = sizeof(FrameHeader);
+
+struct Part {
+  size_t off;
+  size_t len;
+};
+
+inline bool is_split(size_t bytes, int streams) { return streams > 1 && bytes >= kSplitThreshold; }
+
+// Part i of a `bytes`-byte message cut into `streams` parts: nearly equal, 64-byte aligned
+// boundaries. Identical on both sides for the same byte count.
+inline Part cut(size_t bytes, int streams, int i) {
+  size_t chunk = (bytes + streams - 1) / streams;
+  chunk = (chunk + kPartAlign - 1) / kPartAlign * kPartAlign;
+  size_t off = std::min(bytes, chunk * static_cast<size_t>(i));
+  size_t end = std::min(bytes, off + chunk);
+  return {off, end - off};
+}
+
+std::string errno_string(int err) {
+  char buf[128];
+  // GNU strerror_r returns the message (possibly not in buf).
+  return std::string(strerror_r(err, buf, sizeof buf));
+}
+
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+void close_fd(int& fd) noexcept {
+  if (fd >= 0) {
+    ::close(fd);
+    fd = -1;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// FIFO of posted requests, addressed by a monotonically increasing sequence number. Grows by
+// doubling (rarely); never allocates in steady state.
+class ReqRing {
+ public:
+  ReqRing() : slots_(16), mask_(15) {}
+  bool empty() const { return head == tail; }
+  Request* at(uint64_t seq) const { return slots_[seq & mask_]; }
+  void push(Request* r) {
+    if (tail - head == slots_.size()) grow();
+    slots_[tail & mask_] = r;
+    ++tail;
+  }
+  void pop() { ++head; }
+
+  uint64_t head = 0;
+  uint64_t tail = 0;
+
+ private:
+  void grow() {
+    std::vector<Request*> s(slots_.size() * 2);
+    size_t mask = s.size() - 1;
+    for (uint64_t q = head; q < tail; ++q) s[q & mask] = slots_[q & mask_];
+    slots_.swap(s);
+    mask_ = mask;
+  }
+  std::vector<Request*> slots_;
+  size_t mask_;
+};
+
+// Progress of one stream in one direction: the request it works on (by sequence number) and how
+// many bytes of that request's frame (header + part payload) have moved.
+struct StreamState {
+  int fd = -1;
+  uint64_t seq = 0;
+  size_t off = 0;
+  FrameHeader hdr{};  // recv: the header being read
+};
+
+class TcpLink final : public Link {
+ public:
+  TcpLink(int peer, const std::vector<int>& fds) : peer_(peer), nstreams_(static_cast<int>(fds.size())) {
+    send_.resize(fds.size());
+    recv_.resize(fds.size());
+    for (size_t i = 0; i < fds.size(); ++i) send_[i].fd = recv_[i].fd = fds[i];
+  }
+  ~TcpLink() override { close(); }
+
+  void post(Request* r) override {
+    r->done = 0;
+    r->state = 0;
+    r->complete = false;
+    (r->dir == Request::Dir::send ? sendq_ : recvq_).push(r);
+  }
+
+  bool progress() override {
+    if (!failed_.empty()) throw PeerError(failed_);
+    if (closed_) {
+      if (busy()) fail(format("tcp link to rank %d is closed", peer_));
+      return false;
+    }
+    bool moved = false;
+    if (!sendq_.empty()) {
+      for (int s = 0; s < nstreams_; ++s) moved |= progress_send(s);
+      moved |= finish(sendq_);
+    }
+    if (!recvq_.empty()) {
+      for (int s = 0; s < nstreams_; ++s) moved |= progress_recv(s);
+      moved |= finish(recvq_);
+    }
+    return moved;
+  }
+
+  bool busy() const override { return !sendq_.empty() || !recvq_.empty(); }
+
+  void close() noexcept override {
+    if (closed_) return;
+    closed_ = true;
+    for (auto& st : send_) {
+      if (st.fd >= 0) {
+        ::shutdown(st.fd, SHUT_RDWR);
+        ::close(st.fd);
+      }
+    }
+    for (auto& st : send_) st.fd = -1;
+    for (auto& st : recv_) st.fd = -1;
+  }
+
+  const char* kind() const override { return "tcp"; }
+
+ private:
+  bool has_part(const Request* r, int s) const { return s == 0 || is_split(r->bytes, nstreams_); }
+  uint32_t nparts(const Request* r) const { return is_split(r->bytes, nstreams_) ? nstreams_ : 1; }
+  Part part(const Request* r, int s) const {
+    return is_split(r->bytes, nstreams_) ? cut(r->bytes, nstreams_, s) : Part{0, r->bytes};
+  }
+
+  [[noreturn]] void fail(std::string msg) {
+    failed_ = std::move(msg);
+    throw PeerError(failed_);
+  }
+  [[noreturn]] void fail_io(int err, const Request* r, const char* op) {
+    if (err == 0 || err == ECONNRESET || err == EPIPE || err == ENOTCONN || err == ECONNABORTED)
+      fail(format("rank %d closed the connection during %s (process died or aborted)", peer_, r->what));
+    fail(format("%s: %s rank %d failed: %s", r->what, op, peer_, errno_string(err).c_str()));
+  }
+
+  // Moves a stream's cursor up to the FIFO head: a stream with no part in the requests popped since
+  // it last looked (streams > 0 skip small messages) may have been left behind.
+  static void catch_up(StreamState& st, const ReqRing& q) {
+    if (st.seq < q.head) {
+      st.seq = q.head;
+      st.off = 0;
+    }
+  }
+
+  // Pops completed requests off the head of q, in post order.
+  bool finish(ReqRing& q) {
+    bool any = false;
+    while (!q.empty()) {
+      Request* r = q.at(q.head);
+      if (r->state < nparts(r)) break;
+      r->complete = true;
+      q.pop();
+      any = true;
+    }
+    return any;
+  }
+
+  bool progress_send(int s) {
+    StreamState& st = send_[s];
+    catch_up(st, sendq_);
+    bool moved = false;
+    iovec iov[2 * kSendBatch];
+    FrameHeader hdrs[kSendBatch];
+    for (;;) {
+      while (st.seq < sendq_.tail && !has_part(sendq_.at(st.seq), s)) ++st.seq;
+      if (st.seq == sendq_.tail) break;
+      // Gather the rest of the current frame and the frames queued behind it on this stream.
+      int niov = 0, k = 0;
+      size_t off = st.off;
+      for (uint64_t q = st.seq; q < sendq_.tail && k < kSendBatch; ++q) {
+        Request* r = sendq_.at(q);
+        if (!has_part(r, s)) continue;
+        Part p = part(r, s);
+        if (off < kHdr) {
+          hdrs[k] = FrameHeader{kFrameMagic, static_cast<uint32_t>(s), r->sig, p.len};
+          iov[niov++] = {reinterpret_cast<char*>(&hdrs[k]) + off, kHdr - off};
+          if (p.len) iov[niov++] = {r->buf + p.off, p.len};
+        } else {
+          iov[niov++] = {r->buf + p.off + (off - kHdr), p.len - (off - kHdr)};
+        }
+        off = 0;
+        ++k;
+      }
+      msghdr mh{};
+      mh.msg_iov = iov;
+      mh.msg_iovlen = niov;
+      ssize_t n = ::sendmsg(st.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        fail_io(errno, sendq_.at(st.seq), "send to");
+      }
+      moved = true;
+      // Account the written bytes frame by frame.
+      size_t left = static_cast<size_t>(n);
+      while (left > 0) {
+        while (!has_part(sendq_.at(st.seq), s)) ++st.seq;
+        Request* r = sendq_.at(st.seq);
+        size_t frame = kHdr + part(r, s).len;
+        size_t take = std::min(left, frame - st.off);
+        size_t before = st.off > kHdr ? st.off - kHdr : 0;
+        st.off += take;
+        r->done += (st.off > kHdr ? st.off - kHdr : 0) - before;
+        left -= take;
+        if (st.off == frame) {
+          ++r->state;
+          ++st.seq;
+          st.off = 0;
+        }
+      }
+    }
+    return moved;
+  }
+
+  bool progress_recv(int s) {
+    StreamState& st = recv_[s];
+    catch_up(st, recvq_);
+    bool moved = false;
+    for (;;) {
+      while (st.seq < recvq_.tail && !has_part(recvq_.at(st.seq), s)) ++st.seq;
+      if (st.seq == recvq_.tail) break;
+      Request* r = recvq_.at(st.seq);
+      Part p = part(r, s);
+      // Header and payload in one read; the payload lands straight in the user's buffer.
+      iovec iov[2];
+      int niov = 0;
+      if (st.off < kHdr) {
+        iov[niov++] = {reinterpret_cast<char*>(&st.hdr) + st.off, kHdr - st.off};
+        if (p.len) iov[niov++] = {r->buf + p.off, p.len};
+      } else {
+        iov[niov++] = {r->buf + p.off + (st.off - kHdr), p.len - (st.off - kHdr)};
+      }
+      ssize_t n = ::readv(st.fd, iov, niov);
+      if (n == 0) fail_io(0, r, "recv from");
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        fail_io(errno, r, "recv from");
+      }
+      moved = true;
+      size_t before = st.off;
+      st.off += static_cast<size_t>(n);
+      if (before < kHdr && st.off >= kHdr) check_header(st.hdr, r, s, p);
+      r->done += (st.off > kHdr ? st.off - kHdr : 0) - (before > kHdr ? before - kHdr : 0);
+      if (st.off == kHdr + p.len) {
+        ++r->state;
+        ++st.seq;
+        st.off = 0;
+      }
+    }
+    return moved;
+  }
+
+  void check_header(const FrameHeader& h, const Request* r, int s, Part p) {
+    if (h.magic != kFrameMagic)
+      fail(format("%s: rank %d sent a corrupt frame on stream %d (magic 0x%08" PRIx32 ", expected 0x%08" PRIx32
+                  "; not a shoal peer of this version, or the stream is out of sync)",
+                  r->what, peer_, s, h.magic, kFrameMagic));
+    if (h.bytes != p.len) {
+      if (!is_split(r->bytes, nstreams_))
+        fail(format("%s: rank %d sent %" PRIu64 " bytes but this rank expects %zu (mismatched call across ranks)",
+                    r->what, peer_, h.bytes, p.len));
+      fail(format("%s: rank %d sent %" PRIu64 " bytes on stream %d but this rank expects %zu there (part %d of a "
+                  "%zu-byte message; mismatched call across ranks)",
+                  r->what, peer_, h.bytes, s, p.len, s, r->bytes));
+    }
+    if (h.sig != r->sig)
+      fail(format("%s: rank %d sent a message of op signature 0x%016" PRIx64 " but this rank expects 0x%016" PRIx64
+                  " (mismatched call across ranks: a different op, dtype, count, root or tag)",
+                  r->what, peer_, h.sig, r->sig));
+    if (h.part != static_cast<uint32_t>(s))
+      fail(format("%s: rank %d sent part %" PRIu32 " on stream %d (streams out of sync)", r->what, peer_, h.part, s));
+  }
+
+  const int peer_;
+  const int nstreams_;
+  std::vector<StreamState> send_;
+  std::vector<StreamState> recv_;
+  ReqRing sendq_;
+  ReqRing recvq_;
+  bool closed_ = false;
+  std::string failed_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Set-up.
+
+void set_buffers(int fd) {
+  int v = kSocketBuffer;
+  if (v <= 0) return;
+  (void)::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
+  (void)::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
+}
+
+void set_nodelay(int fd) {
+  int one = 1;
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+std::string addr_string(const sockaddr_in& a) {
+  char ip[INET_ADDRSTRLEN] = "?";
+  ::inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
+  return std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
+}
+
+void put_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint32_t get_u32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
+  return v;
+}
+
+void encode_hello(uint8_t* out, const std::array<uint8_t, 32>& secret, int rank, int stream) {
+  put_u32(out, kHelloMagic);
+  std::memcpy(out + 4, secret.data(), 32);
+  put_u32(out + 36, static_cast<uint32_t>(rank));
+  put_u32(out + 40, static_cast<uint32_t>(stream));
+}
+
+Millis remaining(Clock::time_point deadline) {
+  auto now = Clock::now();
+  if (now >= deadline) return Millis(0);
+  return std::chrono::ceil<Millis>(deadline - now);
+}
+
+// "host:port" (host may be a name or an IPv4 address) -> IPv4 socket address.
+sockaddr_in resolve(const std::string& hostport, int peer) {
+  size_t colon = hostport.rfind(':');
+  if (colon == std::string::npos || colon == 0)
+    throw Error(format("tcp set-up: rank %d published a malformed address '%s'", peer, hostport.c_str()));
+  std::string host = hostport.substr(0, colon), port = hostport.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0 || !res)
+    throw Error(format("tcp set-up: cannot resolve rank %d's address '%s': %s", peer, hostport.c_str(),
+                       gai_strerror(rc)));
+  sockaddr_in a;
+  std::memcpy(&a, res->ai_addr, sizeof a);
+  ::freeaddrinfo(res);
+  return a;
+}
+
+// One outgoing connection (to a lower rank), driven by the set-up loop.
+struct Outgoing {
+  int peer = 0;
+  int stream = 0;
+  sockaddr_in addr{};
+  int fd = -1;
+  enum class St { idle, connecting, hello, ack, done } st = St::idle;
+  size_t sent = 0;
+  Clock::time_point retry_at{};
+  int last_err = 0;
+};
+
+// One accepted connection whose hello has not fully arrived.
+struct Incoming {
+  int fd = -1;
+  std::string remote;
+  Clock::time_point deadline;
+  uint8_t buf[kHelloBytes];
+  size_t got = 0;
+};
+
+// Owns every descriptor made during set-up until it is handed to a link.
+struct SetupFds {
+  int listener = -1;
+  std::vector<Outgoing> out;
+  std::vector<Incoming> pending;
+  std::vector<std::vector<int>> in;  // [peer][stream]
+  ~SetupFds() {
+    close_fd(listener);
+    for (auto& o : out) close_fd(o.fd);
+    for (auto& p : pending) close_fd(p.fd);
+    for (auto& v : in)
+      for (int& fd : v) close_fd(fd);
+  }
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConfig& cfg) {
+  if (cfg.size < 1 || cfg.rank < 0 || cfg.rank >= cfg.size)
+    throw InvalidArgument(format("tcp set-up: rank %d out of range for size %d", cfg.rank, cfg.size));
+  if (cfg.streams < 1 || cfg.streams > 64)
+    throw InvalidArgument(format("tcp set-up: streams must be in [1, 64], got %d", cfg.streams));
+  if (cfg.use_tcp.size() != static_cast<size_t>(cfg.size))
+    throw InvalidArgument(format("tcp set-up: use_tcp has %zu entries for a group of %d", cfg.use_tcp.size(),
+                                 cfg.size));
+  const int rank = cfg.rank, nstreams = cfg.streams;
+  auto tcp_peer = [&](int j) { return j != rank && cfg.use_tcp[j]; };
+
+  SetupFds fds;
+  fds.in.assign(cfg.size, std::vector<int>(nstreams, -1));
+
+  // Listen and publish.
+  fds.listener = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fds.listener < 0) throw Error("tcp set-up: socket: " + errno_string(errno));
+  set_buffers(fds.listener);  // accepted sockets inherit them (and the window scale that goes with them)
+  sockaddr_in la{};
+  la.sin_family = AF_INET;
+  la.sin_addr.s_addr = htonl(INADDR_ANY);
+  la.sin_port = 0;
+  if (::bind(fds.listener, reinterpret_cast<sockaddr*>(&la), sizeof la) != 0 || ::listen(fds.listener, 128) != 0)
+    throw Error("tcp set-up: bind/listen: " + errno_string(errno));
+  socklen_t lalen = sizeof la;
+  if (::getsockname(fds.listener, reinterpret_cast<sockaddr*>(&la), &lalen) != 0)
+    throw Error("tcp set-up: getsockname: " + errno_string(errno));
+  std::string host = cfg.advertise_host;
+  if (host.empty()) {
+    char name[256] = {};
+    ::gethostname(name, sizeof name - 1);
+    host = name;
+  }
+  std::string me = host + ":" + std::to_string(ntohs(la.sin_port));
+  store.set_string("tcp/" + std::to_string(rank), me);
+  SHOAL_LOG(debug, "tcp: listening on %s", me.c_str());
+
+  // Addresses of the lower peers (each published before looking up anyone else's).
+  for (int j = 0; j < rank; ++j) {
+    if (!tcp_peer(j)) continue;
+    std::string addr;
+    try {
+      addr = store.get_string("tcp/" + std::to_string(j), remaining(cfg.deadline));
+    } catch (const Timeout&) {
+      throw Timeout(format("tcp set-up timed out: rank %d never published its address (tcp/%d)", j, j));
+    }
+    sockaddr_in a = resolve(addr, j);
+    for (int s = 0; s < nstreams; ++s) {
+      Outgoing o;
+      o.peer = j;
+      o.stream = s;
+      o.addr = a;
+      fds.out.push_back(o);
+    }
+  }
+  int expect_in = 0;
+  for (int j = rank + 1; j < cfg.size; ++j)
+    if (tcp_peer(j)) expect_in += nstreams;
+  int got_in = 0;
+  size_t out_done = 0;
+
+  auto reject = [&](Incoming& c, const char* why) {
+    SHOAL_LOG(warn, "tcp set-up: dropped connection from %s: %s", c.remote.c_str(), why);
+    close_fd(c.fd);
+  };
+
+  std::vector<pollfd> pfds;
+  std::vector<int> owner;  // per pollfd: -1 listener, 2k outgoing k, 2k+1 pending k
+  while (got_in < expect_in || out_done < fds.out.size()) {
+    auto now = Clock::now();
+    if (now >= cfg.deadline) {
+      std::string missing;
+      for (int j = 0; j < cfg.size; ++j) {
+        if (!tcp_peer(j)) continue;
+        int have = 0;
+        int last_err = 0;
+        if (j < rank) {
+          for (auto& o : fds.out)
+            if (o.peer == j) {
+              have += o.st == Outgoing::St::done;
+              if (o.last_err) last_err = o.last_err;
+            }
+        } else {
+          for (int fd : fds.in[j]) have += fd >= 0;
+        }
+        if (have == nstreams) continue;
+        if (!missing.empty()) missing += ", ";
+        missing += format("rank %d (%d/%d streams%s%s)", j, have, nstreams, last_err ? ", last error: " : "",
+                          last_err ? errno_string(last_err).c_str() : "");
+      }
+      throw Timeout("tcp set-up timed out waiting for " + missing);
+    }
+
+    // Start (or restart) connections that are due.
+    for (auto& o : fds.out) {
+      if (o.st != Outgoing::St::idle || o.retry_at > now) continue;
+      o.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (o.fd < 0) throw Error("tcp set-up: socket: " + errno_string(errno));
+      set_buffers(o.fd);
+      set_nodelay(o.fd);
+      if (::connect(o.fd, reinterpret_cast<sockaddr*>(&o.addr), sizeof o.addr) == 0) {
+        o.st = Outgoing::St::hello;
+      } else if (errno == EINPROGRESS || errno == EINTR) {
+        o.st = Outgoing::St::connecting;
+      } else {
+        o.last_err = errno;
+        close_fd(o.fd);
+        o.retry_at = now + kConnectRetry;
+      }
+    }
+
+    // Wait for something to happen.
+    pfds.clear();
+    owner.clear();
+    pfds.push_back({fds.listener, POLLIN, 0});
+    owner.push_back(-1);
+    auto wake = cfg.deadline;
+    for (size_t k = 0; k < fds.out.size(); ++k) {
+      auto& o = fds.out[k];
+      short ev = 0;
+      switch (o.st) {
+        case Outgoing::St::idle: wake = std::min(wake, o.retry_at); break;
+        case Outgoing::St::connecting:
+        case Outgoing::St::hello: ev = POLLOUT; break;
+        case Outgoing::St::ack: ev = POLLIN; break;
+        case Outgoing::St::done: break;
+      }
+      if (ev) {
+        pfds.push_back({o.fd, ev, 0});
+        owner.push_back(static_cast<int>(2 * k));
+      }
+    }
+    for (size_t k = 0; k < fds.pending.size(); ++k) {
+      pfds.push_back({fds.pending[k].fd, POLLIN, 0});
+      owner.push_back(static_cast<int>(2 * k + 1));
+      wake = std::min(wake, fds.pending[k].deadline);
+    }
+    int timeout_ms = static_cast<int>(std::min<int64_t>(remaining(wake).count(), 1000));
+    int rc = ::poll(pfds.data(), pfds.size(), timeout_ms);
+    if (rc < 0 && errno != EINTR) throw Error("tcp set-up: poll: " + errno_string(errno));
+    now = Clock::now();
+
+    for (size_t i = 0; rc > 0 && i < pfds.size(); ++i) {
+      short re = pfds[i].revents;
+      if (!re) continue;
+      int who = owner[i];
+      if (who == -1) {
+        // New connections: read their hellos without blocking, alongside everything else.
+        for (;;) {
+          sockaddr_in ra{};
+          socklen_t ralen = sizeof ra;
+          int fd = ::accept4(fds.listener, reinterpret_cast<sockaddr*>(&ra), &ralen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+              SHOAL_LOG(warn, "tcp set-up: accept: %s", errno_string(errno).c_str());
+            break;
+          }
+          Incoming c;
+          c.fd = fd;
+          c.remote = addr_string(ra);
+          c.deadline = now + kHelloTimeout;
+          fds.pending.push_back(c);
+        }
+      } else if (who % 2 == 1) {
+        Incoming& c = fds.pending[who / 2];
+        ssize_t n = ::recv(c.fd, c.buf + c.got, kHelloBytes - c.got, MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+        if (n <= 0) {
+          reject(c, "closed before completing its hello");
+          continue;
+        }
+        c.got += static_cast<size_t>(n);
+        if (c.got < kHelloBytes) continue;
+        uint32_t magic = get_u32(c.buf);
+        int r = static_cast<int32_t>(get_u32(c.buf + 36));
+        int s = static_cast<int32_t>(get_u32(c.buf + 40));
+        uint8_t diff = 0;
+        for (int b = 0; b < 32; ++b) diff |= c.buf[4 + b] ^ cfg.secret[b];
+        if (magic != kHelloMagic) {
+          reject(c, "bad hello magic (not a shoal peer)");
+        } else if (diff != 0) {
+          reject(c, "wrong group secret (another group, or not a shoal peer)");
+        } else if (r <= rank || r >= cfg.size || !tcp_peer(r) || s < 0 || s >= nstreams) {
+          std::string why = format("unexpected rank %d / stream %d in hello", r, s);
+          reject(c, why.c_str());
+        } else if (fds.in[r][s] >= 0) {
+          std::string why = format("duplicate connection for rank %d stream %d", r, s);
+          reject(c, why.c_str());
+        } else {
+          uint8_t ack = kHelloAck;
+          if (::send(c.fd, &ack, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
+            reject(c, "could not acknowledge its hello");
+          } else {
+            set_nodelay(c.fd);
+            fds.in[r][s] = c.fd;
+            c.fd = -1;
+            ++got_in;
+          }
+        }
+      } else {
+        Outgoing& o = fds.out[who / 2];
+        if (o.st == Outgoing::St::connecting) {
+          int err = 0;
+          socklen_t len = sizeof err;
+          ::getsockopt(o.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+          if (err != 0) {
+            o.last_err = err;
+            close_fd(o.fd);
+            o.st = Outgoing::St::idle;
+            o.retry_at = now + kConnectRetry;
+            continue;
+          }
+          o.st = Outgoing::St::hello;
+        }
+        if (o.st == Outgoing::St::hello) {
+          uint8_t hello[kHelloBytes];
+          encode_hello(hello, cfg.secret, rank, o.stream);
+          ssize_t n = ::send(o.fd, hello + o.sent, kHelloBytes - o.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+          if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+          if (n < 0) {
+            o.last_err = errno;
+            close_fd(o.fd);
+            o.st = Outgoing::St::idle;
+            o.sent = 0;
+            o.retry_at = now + kConnectRetry;
+            continue;
+          }
+          o.sent += static_cast<size_t>(n);
+          if (o.sent == kHelloBytes) o.st = Outgoing::St::ack;
+        } else if (o.st == Outgoing::St::ack) {
+          uint8_t ack = 0;
+          ssize_t n = ::recv(o.fd, &ack, 1, MSG_DONTWAIT);
+          if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+          if (n != 1 || ack != kHelloAck)
+            throw PeerError(format("tcp set-up: rank %d (%s) refused our connection (stream %d): different group "
+                                   "secret, or a stale address in the store",
+                                   o.peer, addr_string(o.addr).c_str(), o.stream));
+          o.st = Outgoing::St::done;
+          ++out_done;
+        }
+      }
+    }
+
+    // Drop hellos that never came, and forget closed pending slots.
+    for (auto& c : fds.pending)
+      if (c.fd >= 0 && now >= c.deadline) reject(c, "no hello within 2 s");
+    std::erase_if(fds.pending, [](const Incoming& c) { return c.fd < 0; });
+  }
+  close_fd(fds.listener);
+  for (auto& c : fds.pending) close_fd(c.fd);  // late intruders: set-up is over
+
+  std::vector<std::unique_ptr<Link>> links(cfg.size);
+  for (int j = 0; j < cfg.size; ++j) {
+    if (!tcp_peer(j)) continue;
+    std::vector<int> v(nstreams);
+    if (j < rank) {
+      for (auto& o : fds.out)
+        if (o.peer == j) v[o.stream] = o.fd;
+    } else {
+      v = fds.in[j];
+    }
+    if (cfg.epoll_fd >= 0) {
+      for (int fd : v) {
+        epoll_event ev{};
+        ev.events = EPOLLIN | EPOLLOUT | EPOLLET | EPOLLRDHUP;
+        ev.data.u64 = 0;
+        if (::epoll_ctl(cfg.epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0)
+          throw Error("tcp set-up: epoll_ctl: " + errno_string(errno));
+      }
+    }
+    links[j] = std::make_unique<TcpLink>(j, v);
+    // The link owns the descriptors now.
+    if (j < rank) {
+      for (auto& o : fds.out)
+        if (o.peer == j) o.fd = -1;
+    } else {
+      for (int& fd : fds.in[j]) fd = -1;
+    }
+  }
+  SHOAL_LOG(debug, "tcp: set-up done (%d streams per peer)", nstreams);
+  return links;
+}
+
+}  // namespace shoal
