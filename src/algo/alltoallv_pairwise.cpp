@@ -1,0 +1,37 @@
+// Pairwise-exchange alltoall(v) (Algo::ring).
+//
+// Cost: (p-1)·α + Σ_j (send_j + recv_j)·β ≈ (p-1)·α + (p-1)/p·n·β for even counts (n = bytes each
+// rank sends), with kAlltoallWindow steps in flight: ⌈(p-1)/W⌉ round trips of latency.
+//
+// Step k (1..p-1) sends to rank+k and receives from rank-k, so at every step each rank has
+// exactly one inbound and one outbound message: no rank is flooded by p-1 senders at once (a
+// naive all-at-once exchange makes every receiver's link the bottleneck and its buffers balloon).
+// A few steps overlap (each to a different peer) to hide latency. The block to self is copied
+// locally. in == out (same sizes) works: the input is staged in scratch first.
+#include "algo/common.h"
+
+namespace shoal::algo {
+
+void alltoallv_pairwise(Ctx& c, const void* in, const std::vector<size_t>& send_counts, void* out,
+                        const std::vector<size_t>& recv_counts) {
+  const int p = c.size, r = c.rank;
+  const size_t es = c.esize;
+  Blocks sb = counted_blocks(send_counts, es), rb = counted_blocks(recv_counts, es);
+  const uint8_t* src = u8(in);
+  if (overlaps(in, sb.total(), out, rb.total())) {
+    uint8_t* t = c.scratch(sb.total(), 0);
+    std::memcpy(t, in, sb.total());
+    src = t;
+  }
+  copy_bytes(u8(out) + rb.off[r], src + sb.off[r], std::min(sb.len[r], rb.len[r]));
+  std::vector<std::vector<Request*>> inflight;
+  size_t head = 0;
+  for (int k = 1; k < p; ++k) {
+    const int to = mod(r + k, p), from = mod(r - k, p);
+    if (static_cast<int>(inflight.size() - head) >= kAlltoallWindow) c.wait(inflight[head++]);
+    inflight.push_back({c.isend(to, src + sb.off[to], sb.len[to]), c.irecv(from, u8(out) + rb.off[from], rb.len[from])});
+  }
+  for (; head < inflight.size(); ++head) c.wait(inflight[head]);
+}
+
+}  // namespace shoal::algo

@@ -1,0 +1,144 @@
+// Internal to src/algo: helpers shared by the algorithm files and the per-algorithm entry points
+// that dispatch.cpp calls. Nothing here is visible outside the algorithms.
+//
+// Conventions every helper keeps:
+// - Sizes are bytes unless a name says elements; reductions convert with ctx.esize.
+// - A transfer larger than kChunkBytes travels as several messages of kChunkBytes (the last one
+//   shorter); both sides cut the same way (chunk_count/chunk_len), because the framing matches
+//   message by message. A zero-byte transfer is still one (empty) message, so a rank whose count
+//   differs is caught by the framing even when its own count is 0.
+// - Scratch buffers: index 0 belongs to the innermost helper (send_recv_reduce's slots, the ring
+//   reduce-scatter's buffers, staging copies); algorithms that hold a buffer across helper calls
+//   use index 1 (or 2).
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "algo/algorithms.h"
+#include "core/context.h"
+
+namespace shoal::algo {
+
+// Pipelining granularity of large point-to-point transfers: a ring step, a halving exchange or a
+// tree edge moves its data in messages of this size so that the receiver reduces (or forwards)
+// chunk k while chunk k+1 is on the wire. A multiple of every element size.
+inline constexpr size_t kChunkBytes = size_t(512) << 10;
+// Receives posted ahead of the one being reduced when they land in scratch slots.
+inline constexpr int kRecvWindow = 4;
+// alltoallv: pairwise steps in flight at once (each to a different peer, so still no flooding).
+inline constexpr int kAlltoallWindow = 4;
+
+inline uint8_t* u8(void* p) { return static_cast<uint8_t*>(p); }
+inline const uint8_t* u8(const void* p) { return static_cast<const uint8_t*>(p); }
+
+inline void copy_bytes(void* dst, const void* src, size_t n) {
+  if (n && dst != src) std::memmove(dst, src, n);
+}
+inline bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
+  if (!an || !bn) return false;
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + bn && y < x + an;
+}
+inline int mod(int a, int p) { return ((a % p) + p) % p; }
+inline int lowbit(int v) { return v & -v; }
+inline int pow2_floor(int p) {
+  int m = 1;
+  while (m * 2 <= p) m *= 2;
+  return m;
+}
+inline int pow2_ceil(int p) {
+  int m = 1;
+  while (m < p) m *= 2;
+  return m;
+}
+inline bool is_pow2(int p) { return p > 0 && (p & (p - 1)) == 0; }
+
+inline size_t chunk_count(size_t bytes) { return bytes == 0 ? 1 : (bytes + kChunkBytes - 1) / kChunkBytes; }
+inline size_t chunk_len(size_t bytes, size_t k) { return std::min(kChunkBytes, bytes - k * kChunkBytes); }
+
+// A vector cut into p blocks, in bytes: block b is [off[b], off[b] + len[b]); off[p] == total.
+struct Blocks {
+  std::vector<size_t> off;  // p + 1 entries
+  std::vector<size_t> len;  // p entries
+  size_t total() const { return off.back(); }
+  // Bytes of blocks [a, e).
+  size_t span(int a, int e) const { return off[e] - off[a]; }
+  size_t max_len() const { return len.empty() ? 0 : *std::max_element(len.begin(), len.end()); }
+};
+// p blocks of near-equal element counts (the first count % p blocks one element larger).
+Blocks even_blocks(size_t count, int p, size_t esize);
+// p blocks of `count` elements each.
+Blocks uniform_blocks(size_t count, int p, size_t esize);
+// Block b holds counts[b] elements.
+Blocks counted_blocks(const std::vector<size_t>& counts, size_t esize);
+
+// Posts `bytes` from buf to peer as chunk_count(bytes) messages; appends the requests to `reqs`.
+void post_send_chunks(Ctx& c, int peer, const void* buf, size_t bytes, std::vector<Request*>& reqs);
+void post_recv_chunks(Ctx& c, int peer, void* buf, size_t bytes, std::vector<Request*>& reqs);
+// Blocking chunked send / receive (the counterpart of the chunked posts above).
+void send_chunks(Ctx& c, int peer, const void* buf, size_t bytes);
+void recv_chunks(Ctx& c, int peer, void* buf, size_t bytes);
+
+// Sends sbytes of sbuf to `to` (chunked; to < 0: no send) while receiving rbytes from `from`
+// (chunked) and combining: acc = own OP received, chunk by chunk as the chunks arrive (the next
+// chunks are already posted while one is reduced). When own != acc the chunks land in acc
+// directly and are reduced with own; when own == acc (the accumulator already holds this rank's
+// contribution) they land in scratch slots (index 0). acc must not overlap sbuf.
+void send_recv_reduce(Ctx& c, int to, const void* sbuf, size_t sbytes, int from, const void* own, void* acc,
+                      size_t rbytes);
+
+// Ring allgather over `b` in buf: ring position v (0..p-1) already holds block v; after p-1 steps
+// every block is in place. Step s sends block v-s to `right` and receives block v-s-1 from `left`,
+// chunk by chunk, each received chunk forwarded at the next step as soon as it lands.
+void ring_allgather(Ctx& c, uint8_t* buf, const Blocks& b, int v, int left, int right);
+
+// Ring reduce-scatter of `in` (b.total() bytes) among ranks in rank order: afterwards this rank's
+// block (c.rank) holds the reduction over all ranks.
+// - acc != nullptr (allreduce): acc is a full-size buffer (acc == in allowed: in place); partial
+//   blocks are reduced in acc, and the result lands at acc + b.off[rank]. `dst` is ignored.
+// - acc == nullptr: partials live in two block-sized scratch buffers (index 0) and the result is
+//   written to dst (b.len[rank] bytes; dst == in + b.off[rank] allowed: in place).
+void ring_reduce_scatter(Ctx& c, const uint8_t* in, uint8_t* acc, uint8_t* dst, const Blocks& b);
+
+// Broadcast down a tree, pipelined: receives buf (bytes) from parent (-1 at the root) chunk by
+// chunk and forwards each chunk to every child as soon as it arrives.
+void tree_bcast(Ctx& c, uint8_t* buf, size_t bytes, int parent, const std::vector<int>& children);
+
+// Binomial-tree reduce of `in` (count elements) to `root`, pipelined per edge: at the root the
+// result is in acc (acc == in allowed). Non-root ranks with children use acc as their accumulator
+// (clobbered); leaves never touch it (may be null).
+void binomial_reduce(Ctx& c, const void* in, void* acc, size_t count, int root);
+
+// Per-algorithm entry points (one file per family; dispatch.cpp picks). size >= 2 in all of them.
+void allreduce_ring(Ctx& c, const void* in, void* out, size_t count);
+void allreduce_bde(Ctx& c, const void* in, void* out, size_t count);
+void allreduce_mst(Ctx& c, const void* in, void* out, size_t count);
+void broadcast_binomial(Ctx& c, void* buf, size_t count, int root);
+void broadcast_chain(Ctx& c, void* buf, size_t count, int root);
+void broadcast_scatter_allgather(Ctx& c, void* buf, size_t count, int root);
+void reduce_binomial(Ctx& c, const void* in, void* out, size_t count, int root);
+void reduce_ring(Ctx& c, const void* in, void* out, size_t count, int root);
+void allgatherv_ring(Ctx& c, const void* in, void* out, const std::vector<size_t>& counts);
+void allgatherv_rd(Ctx& c, const void* in, void* out, const std::vector<size_t>& counts);
+void reduce_scatter_ring(Ctx& c, const void* in, void* out, size_t count);
+void reduce_scatter_halving(Ctx& c, const void* in, void* out, size_t count);
+void gather_binomial(Ctx& c, const void* in, void* out, size_t count, int root);
+void scatter_binomial(Ctx& c, const void* in, void* out, size_t count, int root);
+void alltoallv_pairwise(Ctx& c, const void* in, const std::vector<size_t>& send_counts, void* out,
+                        const std::vector<size_t>& recv_counts);
+void barrier_dissemination(Ctx& c);
+
+// Direct shared-memory versions (ctx.shm() non-null; direct_*.cpp).
+void allreduce_direct(Ctx& c, const void* in, void* out, size_t count);
+void reduce_direct(Ctx& c, const void* in, void* out, size_t count, int root);
+void broadcast_direct(Ctx& c, void* buf, size_t count, int root);
+void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root);
+void allgatherv_direct(Ctx& c, const void* in, void* out, const std::vector<size_t>& counts);
+void gather_direct(Ctx& c, const void* in, void* out, size_t count, int root);
+void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count);
+void barrier_direct(Ctx& c);
+
+}  // namespace shoal::algo

@@ -1,0 +1,60 @@
+// Direct shared-memory allgather(v) and gather (single host).
+//
+// Allgather cost: (N + 1)·α + n·β·(1/p + (p-1)/p) ≈ (N + 1)·α + n·β per rank (α = one barrier,
+// β = memory copy per byte, n = total bytes, N = ⌈largest block / chunk⌉): each rank copies its
+// block into its scratch once and every rank copies the p-1 other blocks straight out of their
+// owners' scratch. Over shm rings the ring allgather copies every block twice per hop and needs
+// p-1 rounds of doorbells; chosen whenever every rank shares this host.
+//
+// Gather: the same with only the root copying out: (N + 1)·α + (p-1)/p·n·β at the root.
+//
+// Pipeline: piece m (bytes [m·chunk, (m+1)·chunk) of each block) goes through slot m % 2 of its
+// owner; phase m (between barriers m and m+1) copies piece m of the own block in and piece m-1
+// of every other block out. A slot written in phase m is read in phase m+1 and rewritten in phase
+// m+2 with barriers between; a final barrier follows the last copy-out. Unequal counts are fine:
+// N follows the largest block, smaller blocks just have nothing to move in later phases.
+#include "algo/direct_common.h"
+
+namespace shoal::algo {
+namespace {
+
+using namespace direct;
+
+void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, uint64_t sig) {
+  ShmGroup& g = *c.shm();
+  const int p = c.size, r = c.rank;
+  begin(c, sig);
+  const size_t cb = chunk_target(g, p) / c.esize * c.esize;
+  const size_t nchunks = std::max<size_t>(1, (b.max_len() + cb - 1) / cb);
+  const bool writes_out = root < 0 || r == root;
+  auto piece = [&](int j, size_t m) { return std::min(cb, b.len[j] - std::min(b.len[j], m * cb)); };
+  if (writes_out) copy_bytes(u8(out) + b.off[r], in, b.len[r]);
+  for (size_t ph = 0; ph <= nchunks; ++ph) {
+    if (ph < nchunks) copy_bytes(slot(g, r, static_cast<int>(ph % 2)), u8(in) + ph * cb, piece(r, ph));
+    if (ph >= 1 && writes_out) {
+      const size_t m = ph - 1;
+      for (int j = 0; j < p; ++j)
+        if (j != r) copy_bytes(u8(out) + b.off[j] + m * cb, slot(g, j, static_cast<int>(m % 2)), piece(j, m));
+    }
+    if (ph == nchunks) break;
+    g.barrier();
+    if (ph == 0) check(c);
+  }
+  g.barrier();
+}
+
+}  // namespace
+
+void allgatherv_direct(Ctx& c, const void* in, void* out, const std::vector<size_t>& counts) {
+  Sig s(OpKind::allgatherv, c);
+  for (size_t n : counts) s.add(n);
+  gather_impl(c, in, out, counted_blocks(counts, c.esize), -1, s.value());
+}
+
+void gather_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
+  Sig s(OpKind::gather, c);
+  s.add(count).add(static_cast<uint64_t>(root));
+  gather_impl(c, in, out, uniform_blocks(count, c.size, c.esize), root, s.value());
+}
+
+}  // namespace shoal::algo

@@ -1,0 +1,74 @@
+// Direct shared-memory broadcast and scatter (single host).
+//
+// Broadcast cost: (N + 1)·α + 2·n·β (α = one barrier, β = memory copy per byte, N = ⌈n / chunk⌉):
+// the root copies each chunk into its scratch once, barrier, every other rank copies it out. Over
+// shm rings the binomial tree copies the vector 2·⌈lg p⌉ times on its critical path and the
+// root's sends serialise; here there is one copy in and p-1 parallel copies out: chosen whenever
+// every rank shares this host.
+//
+// Scatter cost: (N + 1)·α + 2·(p-1)/p·n·β (n = size·count·esize): the root copies every other
+// rank's block (a piece of each per chunk) into its scratch, barrier, each rank copies its own.
+//
+// Pipeline: chunk m goes through the root's slot m % 2; phase m (between barriers m and m+1)
+// copies chunk m in and chunk m-1 out. A slot written in phase m is read in phase m+1 and only
+// rewritten in phase m+2, a barrier in between each time. A final barrier follows the last
+// copy-out, so the next op may reuse the root's scratch at once.
+#include "algo/direct_common.h"
+
+namespace shoal::algo {
+
+using namespace direct;
+
+void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
+  ShmGroup& g = *c.shm();
+  const int p = c.size, r = c.rank;
+  const size_t n = count * c.esize;
+  Sig s(OpKind::broadcast, c);
+  s.add(count).add(static_cast<uint64_t>(root));
+  begin(c, s.value());
+  const size_t cb = chunk_target(g, p) / c.esize * c.esize;
+  const size_t nchunks = std::max<size_t>(1, (n + cb - 1) / cb);
+  auto clen = [&](size_t m) { return std::min(cb, n - std::min(n, m * cb)); };
+  for (size_t ph = 0; ph <= nchunks; ++ph) {
+    if (r == root && ph < nchunks) copy_bytes(slot(g, root, static_cast<int>(ph % 2)), u8(buf) + ph * cb, clen(ph));
+    if (r != root && ph >= 1) {
+      const size_t m = ph - 1;
+      copy_bytes(u8(buf) + m * cb, slot(g, root, static_cast<int>(m % 2)), clen(m));
+    }
+    if (ph == nchunks) break;
+    g.barrier();
+    if (ph == 0) check(c);
+  }
+  g.barrier();
+}
+
+void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
+  ShmGroup& g = *c.shm();
+  const int p = c.size, r = c.rank;
+  const size_t es = c.esize, bs = count * es;
+  Sig s(OpKind::scatter, c);
+  s.add(count).add(static_cast<uint64_t>(root));
+  begin(c, s.value());
+  // pb: bytes of each block per chunk; the root's slot holds one piece of every block.
+  const size_t pb = std::max(es, std::min(slot_bytes(g) / p, chunk_target(g, p)) / 64 * 64 / es * es);
+  const size_t nchunks = std::max<size_t>(1, (bs + pb - 1) / pb);
+  auto clen = [&](size_t m) { return std::min(pb, bs - std::min(bs, m * pb)); };
+  if (r == root) copy_bytes(out, u8(in) + static_cast<size_t>(root) * bs, bs);
+  for (size_t ph = 0; ph <= nchunks; ++ph) {
+    if (r == root && ph < nchunks) {
+      uint8_t* sl = slot(g, root, static_cast<int>(ph % 2));
+      for (int j = 0; j < p; ++j)
+        if (j != root) copy_bytes(sl + static_cast<size_t>(j) * pb, u8(in) + static_cast<size_t>(j) * bs + ph * pb, clen(ph));
+    }
+    if (r != root && ph >= 1) {
+      const size_t m = ph - 1;
+      copy_bytes(u8(out) + m * pb, slot(g, root, static_cast<int>(m % 2)) + static_cast<size_t>(r) * pb, clen(m));
+    }
+    if (ph == nchunks) break;
+    g.barrier();
+    if (ph == 0) check(c);
+  }
+  g.barrier();
+}
+
+}  // namespace shoal::algo

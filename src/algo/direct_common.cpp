@@ -1,0 +1,50 @@
+// Direct algorithms' shared pieces: the scratch header token check and chunk sizing.
+#include "algo/direct_common.h"
+
+#include <string>
+
+#include "shoal/error.h"
+
+namespace shoal::algo::direct {
+namespace {
+
+uint64_t* header(ShmGroup& g, int r) { return reinterpret_cast<uint64_t*>(g.scratch(r)); }
+
+}  // namespace
+
+void begin(Ctx& c, uint64_t sig) {
+  ShmGroup& g = *c.shm();
+  if (g.scratch_bytes() < kHeaderBytes + 2 * 64 * static_cast<size_t>(c.size) + 64)
+    throw Error(std::string(c.what) + ": the shared-memory scratch area (" + std::to_string(g.scratch_bytes()) +
+                " bytes) is too small for the direct algorithms");
+  uint64_t* h = header(g, c.rank);
+  const uint64_t n = h[0] + 1;  // word 0 is private to this rank
+  h[0] = n;
+  Sig t;
+  t.add(sig).add(n);
+  __atomic_store_n(&h[1], t.value(), __ATOMIC_RELEASE);
+}
+
+void check(Ctx& c) {
+  ShmGroup& g = *c.shm();
+  const uint64_t mine = __atomic_load_n(&header(g, c.rank)[1], __ATOMIC_ACQUIRE);
+  for (int j = 0; j < c.size; ++j) {
+    if (j == c.rank) continue;
+    const uint64_t t = __atomic_load_n(&header(g, j)[1], __ATOMIC_ACQUIRE);
+    if (t != mine)
+      throw PeerError(std::string(c.what) + ": rank " + std::to_string(j) +
+                      " is running a different call than this rank (rank " + std::to_string(c.rank) +
+                      ") over shared memory: the ranks called mismatched ops (op, count, dtype, root or "
+                      "algorithm differ)");
+  }
+}
+
+size_t slot_bytes(ShmGroup& g) { return (g.scratch_bytes() - kHeaderBytes) / 2 / 64 * 64; }
+
+size_t chunk_target(ShmGroup& g, int p) {
+  size_t t = kWorkingSetBytes / (2 * static_cast<size_t>(p));
+  t = std::clamp(t, kMinChunkBytes, kMaxChunkBytes);
+  return std::min(t, slot_bytes(g)) / 64 * 64;
+}
+
+}  // namespace shoal::algo::direct

@@ -1,0 +1,70 @@
+// Shared-memory ("direct") algorithms: common layout, chunk sizes and the mismatch check.
+//
+// Every rank's scratch area (ShmGroup::scratch(r), scratch_bytes() each) is laid out as
+//   [0, kHeaderBytes)   header: word 0 = this rank's count of direct ops (private to the owner),
+//                       word 1 = the token of the op it is in (published)
+//   [kHeaderBytes, ..)  data: two slots of slot_bytes() each, used alternately by chunk
+//
+// Mismatch check. Direct algorithms move no framed messages, so the framing cannot catch ranks
+// that called different ops or counts (which would read a peer's scratch out of bounds or out of
+// step). Instead each op writes a token = hash(op kind, dtype, reduce op, count(s), root, op
+// number) into its header before its first barrier, and every rank compares all tokens right
+// after that barrier: all ranks see the same set of tokens, so either all go on or all throw
+// PeerError. A token is rewritten only by the owner's next direct op, which starts after this
+// op's final barrier, i.e. after every rank has read it. (The direct barrier op writes its token
+// but has a single barrier, so it does not read the others'; a peer running a real collective
+// against it still sees the mismatch: it reads either the barrier's token or, if the barrier
+// rank has already moved on, a token with a different op number.)
+//
+// Reuse across ops. Every direct op ends with ShmGroup::barrier() after its last read of a
+// peer's scratch, so the next op may overwrite its own scratch from its first instruction.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "algo/common.h"
+#include "transport/shm_group.h"
+
+namespace shoal::algo::direct {
+
+inline constexpr size_t kHeaderBytes = 128;
+// Per-rank bytes one pipeline chunk moves through scratch: the whole group touches about
+// 2·p·chunk bytes of scratch per phase, kept under kWorkingSetBytes so it stays in L3.
+inline constexpr size_t kWorkingSetBytes = size_t(16) << 20;
+inline constexpr size_t kMinChunkBytes = size_t(64) << 10;
+inline constexpr size_t kMaxChunkBytes = size_t(4) << 20;
+// allreduce/reduce: at or below this many bytes every rank (or the root) reduces the whole vector
+// straight from the peers' scratch (2 barriers); above, each rank reduces one slice (3 barriers
+// for one chunk, then one more per chunk).
+inline constexpr size_t kReduceAllBytes = size_t(4) << 10;
+
+class Sig {
+ public:
+  Sig() = default;
+  Sig(OpKind kind, const Ctx& c) { add(static_cast<uint64_t>(kind) + 1).add(static_cast<uint64_t>(c.dt)).add(c.size); }
+  Sig& add(uint64_t v) {
+    h_ ^= v + 0x9e3779b97f4a7c15ull + (h_ << 6) + (h_ >> 2);
+    h_ *= 0xff51afd7ed558ccdull;
+    h_ ^= h_ >> 33;
+    return *this;
+  }
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_ = 0x5348414c44495245ull;
+};
+
+// Writes this op's token (sig mixed with this rank's direct-op number) into the own header.
+void begin(Ctx& c, uint64_t sig);
+// After the op's first barrier: throws PeerError unless every rank published the same token.
+void check(Ctx& c);
+
+// Bytes of one of the two data slots of each rank's scratch (a multiple of 64).
+size_t slot_bytes(ShmGroup& g);
+inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderBytes + s * slot_bytes(g); }
+// Target bytes per rank per chunk: kWorkingSetBytes / (2p), clamped to [kMinChunkBytes,
+// kMaxChunkBytes] and to the slot.
+size_t chunk_target(ShmGroup& g, int p);
+
+}  // namespace shoal::algo::direct

@@ -1,0 +1,66 @@
+// Direct shared-memory reduce-scatter (single host).
+//
+// Cost, with α = one barrier, β = memory copy per byte, n = bytes of the whole input, N chunks:
+//   (N + 1)·α + ~2·n·β + (p-1)/p·n·γ
+// per rank: copy (p-1)/p·n into its scratch (all blocks but its own), then reduce its own block
+// in one pass over p sources (n bytes read) straight into `out`. The p2p versions over shm rings
+// copy each partial twice per hop and take p-1 (ring) or lg p (halving) doorbell rounds; this
+// takes one barrier per chunk: chosen whenever every rank shares this host.
+//
+// Pipeline: chunk m covers elements [m·pe, (m+1)·pe) of every block; each rank's slot m % 2 holds
+// its pieces of chunk m, block j's piece at j·pe (its own block's piece is not copied: the rank
+// reduces it straight from `in`, as srcs[0], so in place (out = in + rank·count) works because
+// reduce_many lets dst alias srcs[0]). Phase m (between barriers m and m+1) copies chunk m in and
+// reduces chunk m-1. A slot written in phase m is read in phase m+1 and rewritten in phase m+2,
+// barriers between; a final barrier follows the last reduce.
+#include <vector>
+
+#include "algo/direct_common.h"
+#include "reduce/reduce.h"
+
+namespace shoal::algo {
+
+using namespace direct;
+
+void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count) {
+  ShmGroup& g = *c.shm();
+  const int p = c.size, r = c.rank;
+  const size_t es = c.esize;
+  Sig s(OpKind::reduce_scatter, c);
+  s.add(static_cast<uint64_t>(c.op)).add(count);
+  begin(c, s.value());
+  // pe: elements of each block per chunk, whole cache lines where possible.
+  const size_t line = 64 / es;
+  size_t pe = std::min(slot_bytes(g), chunk_target(g, p)) / static_cast<size_t>(p) / es;
+  if (pe >= line) pe = pe / line * line;
+  pe = std::max<size_t>(pe, 1);
+  const size_t nchunks = std::max<size_t>(1, (count + pe - 1) / pe);
+  auto clen = [&](size_t m) { return std::min(pe, count - std::min(count, m * pe)); };
+  std::vector<const void*> srcs(p);
+  for (size_t ph = 0; ph <= nchunks; ++ph) {
+    if (ph < nchunks) {
+      const size_t m = ph, len = clen(m);
+      uint8_t* sl = slot(g, r, static_cast<int>(m % 2));
+      for (int j = 0; j < p; ++j)
+        if (j != r)
+          copy_bytes(sl + static_cast<size_t>(j) * pe * es, u8(in) + (static_cast<size_t>(j) * count + m * pe) * es,
+                     len * es);
+    }
+    if (ph >= 1) {
+      const size_t m = ph - 1, len = clen(m);
+      if (len) {
+        int k = 0;
+        srcs[k++] = u8(in) + (static_cast<size_t>(r) * count + m * pe) * es;
+        for (int j = 0; j < p; ++j)
+          if (j != r) srcs[k++] = slot(g, j, static_cast<int>(m % 2)) + static_cast<size_t>(r) * pe * es;
+        reduce_many(u8(out) + m * pe * es, srcs.data(), p, len, c.dt, c.op);
+      }
+    }
+    if (ph == nchunks) break;
+    g.barrier();
+    if (ph == 0) check(c);
+  }
+  g.barrier();
+}
+
+}  // namespace shoal::algo

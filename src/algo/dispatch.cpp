@@ -1,0 +1,143 @@
+// The op -> algorithm switch: each entry resolves the algorithm (choose_algo also rejects one the
+// op or topology does not have, with InvalidArgument), handles a group of one locally, runs the
+// algorithm and waits for every request it posted.
+#include "algo/algorithms.h"
+#include "algo/common.h"
+#include "shoal/error.h"
+
+namespace shoal {
+namespace {
+
+using namespace algo;
+
+Algo resolve(Ctx& c, OpKind k, Algo a, size_t bytes) {
+  return choose_algo(k, a, bytes, c.size, c.shm() != nullptr);
+}
+
+[[noreturn]] void unreachable(OpKind k, Algo a) {
+  throw InvalidArgument(std::string(op_kind_name(k)) + ": algorithm " + std::to_string(static_cast<int>(a)) +
+                        " does not apply");
+}
+
+}  // namespace
+
+void allreduce(Ctx& c, Algo a, const void* in, void* out, size_t count) {
+  a = resolve(c, OpKind::allreduce, a, count * c.esize);
+  if (c.size == 1) return copy_bytes(out, in, count * c.esize);
+  switch (a) {
+    case Algo::ring: allreduce_ring(c, in, out, count); break;
+    case Algo::bde: allreduce_bde(c, in, out, count); break;
+    case Algo::mst: allreduce_mst(c, in, out, count); break;
+    case Algo::direct: allreduce_direct(c, in, out, count); break;
+    default: unreachable(OpKind::allreduce, a);
+  }
+  c.wait_all();
+}
+
+void broadcast(Ctx& c, Algo a, void* buf, size_t count, int root) {
+  a = resolve(c, OpKind::broadcast, a, count * c.esize);
+  if (c.size == 1) return;
+  switch (a) {
+    case Algo::mst: broadcast_binomial(c, buf, count, root); break;
+    case Algo::ring: broadcast_chain(c, buf, count, root); break;
+    case Algo::scatter_allgather: broadcast_scatter_allgather(c, buf, count, root); break;
+    case Algo::direct: broadcast_direct(c, buf, count, root); break;
+    default: unreachable(OpKind::broadcast, a);
+  }
+  c.wait_all();
+}
+
+void reduce(Ctx& c, Algo a, const void* in, void* out, size_t count, int root) {
+  a = resolve(c, OpKind::reduce, a, count * c.esize);
+  if (c.size == 1) return copy_bytes(out, in, count * c.esize);
+  switch (a) {
+    case Algo::mst: reduce_binomial(c, in, out, count, root); break;
+    case Algo::ring: reduce_ring(c, in, out, count, root); break;
+    case Algo::direct: reduce_direct(c, in, out, count, root); break;
+    default: unreachable(OpKind::reduce, a);
+  }
+  c.wait_all();
+}
+
+void allgatherv(Ctx& c, Algo a, const void* in, void* out, const std::vector<size_t>& counts) {
+  if (counts.size() != static_cast<size_t>(c.size))
+    throw InvalidArgument("allgather: counts has " + std::to_string(counts.size()) + " entries for a group of " +
+                          std::to_string(c.size));
+  size_t total = 0;
+  for (size_t n : counts) total += n;
+  a = resolve(c, OpKind::allgatherv, a, total * c.esize);
+  if (c.size == 1) return copy_bytes(out, in, counts[0] * c.esize);
+  switch (a) {
+    case Algo::ring: allgatherv_ring(c, in, out, counts); break;
+    case Algo::rd: allgatherv_rd(c, in, out, counts); break;
+    case Algo::direct: allgatherv_direct(c, in, out, counts); break;
+    default: unreachable(OpKind::allgatherv, a);
+  }
+  c.wait_all();
+}
+
+void reduce_scatter(Ctx& c, Algo a, const void* in, void* out, size_t count) {
+  a = resolve(c, OpKind::reduce_scatter, a, count * c.esize * c.size);
+  if (c.size == 1) return copy_bytes(out, in, count * c.esize);
+  switch (a) {
+    case Algo::ring: reduce_scatter_ring(c, in, out, count); break;
+    case Algo::rd: reduce_scatter_halving(c, in, out, count); break;
+    case Algo::direct: reduce_scatter_direct(c, in, out, count); break;
+    default: unreachable(OpKind::reduce_scatter, a);
+  }
+  c.wait_all();
+}
+
+void gather(Ctx& c, Algo a, const void* in, void* out, size_t count, int root) {
+  a = resolve(c, OpKind::gather, a, count * c.esize * c.size);
+  if (c.size == 1) return copy_bytes(out, in, count * c.esize);
+  switch (a) {
+    case Algo::mst: gather_binomial(c, in, out, count, root); break;
+    case Algo::direct: gather_direct(c, in, out, count, root); break;
+    default: unreachable(OpKind::gather, a);
+  }
+  c.wait_all();
+}
+
+void scatter(Ctx& c, Algo a, const void* in, void* out, size_t count, int root) {
+  a = resolve(c, OpKind::scatter, a, count * c.esize * c.size);
+  if (c.size == 1) return copy_bytes(out, in, count * c.esize);
+  switch (a) {
+    case Algo::mst: scatter_binomial(c, in, out, count, root); break;
+    case Algo::direct: scatter_direct(c, in, out, count, root); break;
+    default: unreachable(OpKind::scatter, a);
+  }
+  c.wait_all();
+}
+
+void alltoallv(Ctx& c, Algo a, const void* in, const std::vector<size_t>& send_counts, void* out,
+               const std::vector<size_t>& recv_counts) {
+  if (send_counts.size() != static_cast<size_t>(c.size) || recv_counts.size() != static_cast<size_t>(c.size))
+    throw InvalidArgument("alltoall: send_counts and recv_counts need one entry per rank");
+  if (send_counts[c.rank] != recv_counts[c.rank])
+    throw InvalidArgument("alltoall: this rank sends itself " + std::to_string(send_counts[c.rank]) +
+                          " elements but expects " + std::to_string(recv_counts[c.rank]));
+  size_t sent = 0, got = 0;
+  for (size_t n : send_counts) sent += n;
+  for (size_t n : recv_counts) got += n;
+  a = resolve(c, OpKind::alltoallv, a, std::max(sent, got) * c.esize);
+  if (c.size == 1) return copy_bytes(out, in, send_counts[0] * c.esize);
+  switch (a) {
+    case Algo::ring: alltoallv_pairwise(c, in, send_counts, out, recv_counts); break;
+    default: unreachable(OpKind::alltoallv, a);
+  }
+  c.wait_all();
+}
+
+void barrier(Ctx& c, Algo a) {
+  a = resolve(c, OpKind::barrier, a, 0);
+  if (c.size == 1) return;
+  switch (a) {
+    case Algo::rd: barrier_dissemination(c); break;
+    case Algo::direct: barrier_direct(c); break;
+    default: unreachable(OpKind::barrier, a);
+  }
+  c.wait_all();
+}
+
+}  // namespace shoal

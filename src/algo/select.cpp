@@ -1,0 +1,115 @@
+// The automatic choice of algorithm and the check of a requested one (docs/algorithms.md has
+// the table and the reasoning). Pure: the same answer on every rank for the same arguments.
+#include <string>
+
+#include "algo/algorithms.h"
+#include "shoal/error.h"
+
+namespace shoal {
+namespace {
+
+// Thresholds (bytes of the op's message: allgatherv the total gathered, reduce_scatter / gather /
+// scatter the whole size·count vector, alltoallv the larger of sent and received).
+constexpr size_t kAllreduceMstBelow = size_t(4) << 10;          // allreduce: mst below this
+constexpr size_t kAllreduceBdeUpTo = size_t(256) << 10;         //   bde up to this, ring above
+constexpr size_t kBroadcastBinomialBelow = size_t(256) << 10;   // broadcast: mst below, scatter_allgather above
+constexpr size_t kReduceBinomialBelow = size_t(256) << 10;      // reduce: mst below, ring above
+constexpr size_t kAllgatherRdBelow = size_t(64) << 10;          // allgather: rd below, ring above
+constexpr size_t kReduceScatterHalvingBelow = size_t(64) << 10; // reduce_scatter: rd below, ring above
+
+const char* name_of(Algo a) {
+  switch (a) {
+    case Algo::automatic: return "auto";
+    case Algo::ring: return "ring";
+    case Algo::bde: return "bde";
+    case Algo::mst: return "mst";
+    case Algo::direct: return "direct";
+    case Algo::rd: return "rd";
+    case Algo::scatter_allgather: return "scatter_allgather";
+  }
+  return "?";
+}
+
+// The algorithms each op has (direct also needs shm_all).
+bool has(OpKind k, Algo a) {
+  switch (k) {
+    case OpKind::allreduce: return a == Algo::ring || a == Algo::bde || a == Algo::mst || a == Algo::direct;
+    case OpKind::broadcast:
+      return a == Algo::mst || a == Algo::ring || a == Algo::scatter_allgather || a == Algo::direct;
+    case OpKind::reduce: return a == Algo::mst || a == Algo::ring || a == Algo::direct;
+    case OpKind::allgatherv: return a == Algo::ring || a == Algo::rd || a == Algo::direct;
+    case OpKind::reduce_scatter: return a == Algo::ring || a == Algo::rd || a == Algo::direct;
+    case OpKind::gather:
+    case OpKind::scatter: return a == Algo::mst || a == Algo::direct;
+    case OpKind::alltoallv: return a == Algo::ring;
+    case OpKind::barrier: return a == Algo::rd || a == Algo::direct;
+  }
+  return false;
+}
+
+std::string list_of(OpKind k) {
+  std::string s;
+  for (Algo a : {Algo::ring, Algo::bde, Algo::mst, Algo::direct, Algo::rd, Algo::scatter_allgather})
+    if (has(k, a)) s += (s.empty() ? "" : ", ") + std::string(name_of(a));
+  return s;
+}
+
+}  // namespace
+
+const char* op_kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::allreduce: return "allreduce";
+    case OpKind::broadcast: return "broadcast";
+    case OpKind::reduce: return "reduce";
+    case OpKind::allgatherv: return "allgather";
+    case OpKind::reduce_scatter: return "reduce_scatter";
+    case OpKind::gather: return "gather";
+    case OpKind::scatter: return "scatter";
+    case OpKind::alltoallv: return "alltoall";
+    case OpKind::barrier: return "barrier";
+  }
+  return "op";
+}
+
+Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, bool shm_all) {
+  if (static_cast<unsigned>(kind) > static_cast<unsigned>(OpKind::barrier))
+    throw InvalidArgument("choose_algo: unknown op kind " + std::to_string(static_cast<int>(kind)));
+  if (requested != Algo::automatic) {
+    if (static_cast<unsigned>(requested) > static_cast<unsigned>(Algo::scatter_allgather))
+      throw InvalidArgument(std::string(op_kind_name(kind)) + ": unknown algorithm " +
+                            std::to_string(static_cast<int>(requested)));
+    if (!has(kind, requested))
+      throw InvalidArgument(std::string(op_kind_name(kind)) + ": algorithm '" + name_of(requested) +
+                            "' does not apply (it has: " + list_of(kind) + ")");
+    if (requested == Algo::direct && !shm_all)
+      throw InvalidArgument(std::string(op_kind_name(kind)) +
+                            ": algorithm 'direct' needs every rank on this host over shared memory");
+    return requested;
+  }
+  (void)size;
+  switch (kind) {
+    case OpKind::allreduce:
+      if (shm_all) return Algo::direct;
+      if (bytes < kAllreduceMstBelow) return Algo::mst;
+      return bytes <= kAllreduceBdeUpTo ? Algo::bde : Algo::ring;
+    case OpKind::broadcast:
+      if (shm_all) return Algo::direct;
+      return bytes < kBroadcastBinomialBelow ? Algo::mst : Algo::scatter_allgather;
+    case OpKind::reduce:
+      if (shm_all) return Algo::direct;
+      return bytes < kReduceBinomialBelow ? Algo::mst : Algo::ring;
+    case OpKind::allgatherv:
+      if (shm_all) return Algo::direct;
+      return bytes < kAllgatherRdBelow ? Algo::rd : Algo::ring;
+    case OpKind::reduce_scatter:
+      if (shm_all) return Algo::direct;
+      return bytes < kReduceScatterHalvingBelow ? Algo::rd : Algo::ring;
+    case OpKind::gather:
+    case OpKind::scatter: return shm_all ? Algo::direct : Algo::mst;
+    case OpKind::alltoallv: return Algo::ring;
+    case OpKind::barrier: return shm_all ? Algo::direct : Algo::rd;
+  }
+  return Algo::ring;
+}
+
+}  // namespace shoal
