@@ -35,11 +35,14 @@ build: deps
 
 test: setup build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600
+	$(MAKE) test-python
 
 demo: setup build
 	@for op in allreduce allgather broadcast; do \
 	  $(BUILD)/shoal-bench $$op -n 4 -b 4K -e 16M -f 16 --check --vs gloo || exit 1; echo; \
 	done
+
+include mk/python.mk
 
 clean:
 	rm -rf $(BUILD) .deps-stamp
