@@ -68,14 +68,6 @@ size_t parse_size(const std::string& s) {
   return static_cast<size_t>(std::llround(bytes));
 }
 
-std::string format_size(size_t b) {
-  const size_t G = size_t{1} << 30, M = size_t{1} << 20, K = size_t{1} << 10;
-  if (b >= G && b % G == 0) return std::to_string(b / G) + "G";
-  if (b >= M && b % M == 0) return std::to_string(b / M) + "M";
-  if (b >= K && b % K == 0) return std::to_string(b / K) + "K";
-  return std::to_string(b);
-}
-
 std::string usage() {
   return
       "usage: shoal-bench OP -n RANKS [-b MIN] [-e MAX] [-f FACTOR] [options]\n"

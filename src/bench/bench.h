@@ -49,7 +49,6 @@ struct Config {
 Config parse_args(const std::vector<std::string>& args);
 std::string usage();
 size_t parse_size(const std::string& s);  // "4K", "64M", "1G", "123"
-std::string format_size(size_t bytes);    // "4K", "64M", "1000"
 
 // Busbw factor of nccl-tests for `op` among p ranks.
 double busbw_factor(Op op, int p);
