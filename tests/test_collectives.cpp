@@ -1,0 +1,734 @@
+// Correctness of every collective against references computed here, independently of the
+// library: every op x algorithm x transport (shm, forced tcp) x dtype x reduce op x size x world
+// size. One forked group per gtest (world size, transport, op family) loops over all of that
+// family's cases with one communicator; a case that gives a wrong result is recorded and the loop
+// goes on (the first failures are reported at the end), an op that fails with an error ends the
+// group (the communicator is aborted by then).
+//
+// Inputs are chosen so that every result is exact in every dtype: small integers for sum/avg
+// (|sum| <= 40, and for avg on floats the sum is a multiple of the world size), {1, 2, -1} with at
+// most three 2s for prod, small integers for min/max, bit patterns for the bitwise ops; bool sum
+// is logical or, bool prod logical and. avg on integers truncates toward zero.
+//
+// The full dtype x op matrix runs at 7 and 4097 elements for every algorithm; 0 and 1 elements at
+// every dtype with sum (reductions) or plain data; 1 Mi + 3 elements (per rank block: about
+// (1 Mi + 3) / size, odd) for f32, bf16, i64 with sum and max. SHOAL_TEST_FULL=1 runs the full
+// matrix at every size.
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "harness.h"
+
+using namespace shoal;
+using namespace shoal_test;
+
+namespace {
+
+constexpr size_t kLarge = (size_t(1) << 20) + 3;
+constexpr size_t kSmallSizes[] = {0, 1, 7, 4097};
+constexpr DType kLargeDTypes[] = {DType::f32, DType::bf16, DType::i64};
+constexpr ReduceOp kLargeOps[] = {ReduceOp::sum, ReduceOp::max};
+
+bool full_matrix() {
+  const char* s = std::getenv("SHOAL_TEST_FULL");
+  return s && *s && std::strcmp(s, "0") != 0;
+}
+
+size_t block_large(int n) { return (kLarge / size_t(n)) | 1; }
+
+const char* op_str(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::prod: return "prod";
+    case ReduceOp::min: return "min";
+    case ReduceOp::max: return "max";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::band: return "band";
+    case ReduceOp::bor: return "bor";
+    case ReduceOp::bxor: return "bxor";
+  }
+  return "?";
+}
+
+const char* algo_str(Algo a) {
+  switch (a) {
+    case Algo::automatic: return "auto";
+    case Algo::ring: return "ring";
+    case Algo::bde: return "bde";
+    case Algo::mst: return "mst";
+    case Algo::direct: return "direct";
+    case Algo::rd: return "rd";
+    case Algo::scatter_allgather: return "scatter_allgather";
+  }
+  return "?";
+}
+
+// ---- Reduction inputs and their reference ----------------------------------------------------
+
+// Rank r's input element i for `op` on `dt` among n ranks (see the file comment).
+int64_t red_input(ReduceOp op, DType dt, int r, int n, size_t i, uint64_t seed) {
+  const bool boolean = dt == DType::boolean;
+  const bool sgn = is_signed(dt);
+  const uint64_t h = uint64_t(i) * 7 + uint64_t(r) * 13 + seed * 3;
+  switch (op) {
+    case ReduceOp::sum: {
+      if (boolean) return (i + size_t(r) + seed) % 3 == 0;
+      int64_t v = int64_t(h % 11);
+      return sgn ? v - 5 : v;
+    }
+    case ReduceOp::prod:
+      if (boolean) return (h % 5) != 0;
+      if ((i + size_t(r) + seed) % 3 == 0) return 2;
+      if (sgn && (i * 5 + size_t(r) + seed) % 4 == 1) return -1;
+      return 1;
+    case ReduceOp::min:
+    case ReduceOp::max: {
+      if (boolean) return h % 3 == 0;
+      int64_t v = int64_t(h % 23);
+      return sgn ? v - 11 : v;
+    }
+    case ReduceOp::avg: {
+      if (boolean) return r == int((i + seed) % uint64_t(n)) && (i + seed) % 2 == 0;
+      if (is_float(dt)) {
+        // The sum over ranks is n * (i % 7): the average is exact.
+        auto e = [&](int q) { return int64_t((size_t(q) + i + seed) % 3); };
+        if (r < n - 1) return int64_t(i % 7) + e(r);
+        int64_t s = 0;
+        for (int q = 0; q < n - 1; ++q) s += e(q);
+        return int64_t(i % 7) - s;
+      }
+      int64_t v = int64_t(h % 9);
+      return sgn ? v - 4 : v;
+    }
+    case ReduceOp::band:
+    case ReduceOp::bor:
+    case ReduceOp::bxor: {
+      const uint64_t k = mix64(seed * 1000003 + i * 16 + uint64_t(r));
+      uint64_t x;
+      if (op == ReduceOp::band) {
+        if (boolean) return k % 4 != 0;
+        x = mix64(seed * 7 + i) | (k & mix64(k + 1));  // a common part survives the and
+      } else if (op == ReduceOp::bor) {
+        if (boolean) return k % 4 == 0;
+        x = k & mix64(k + 1) & mix64(k + 2);  // sparse bits: the or is not all ones
+      } else {
+        if (boolean) return k & 1;
+        x = k;
+      }
+      switch (dt) {
+        case DType::i8: return int8_t(uint8_t(x));
+        case DType::u8: return int64_t(x & 0xff);
+        case DType::i32: return int32_t(uint32_t(x));
+        default: return int64_t(x);
+      }
+    }
+  }
+  return 0;
+}
+
+int64_t combine(ReduceOp op, DType dt, int64_t a, int64_t b) {
+  const bool boolean = dt == DType::boolean;
+  switch (op) {
+    case ReduceOp::sum: return boolean ? (a | b) : a + b;
+    case ReduceOp::avg: return a + b;
+    case ReduceOp::prod: return boolean ? (a & b) : a * b;
+    case ReduceOp::min: return std::min(a, b);
+    case ReduceOp::max: return std::max(a, b);
+    case ReduceOp::band: return a & b;
+    case ReduceOp::bor: return a | b;
+    case ReduceOp::bxor: return a ^ b;
+  }
+  return 0;
+}
+
+int64_t red_expected(ReduceOp op, DType dt, int n, size_t i, uint64_t seed) {
+  int64_t acc = red_input(op, dt, 0, n, i, seed);
+  for (int r = 1; r < n; ++r) acc = combine(op, dt, acc, red_input(op, dt, r, n, i, seed));
+  if (op == ReduceOp::avg) acc = acc / n;  // truncates toward zero
+  return acc;
+}
+
+// buf[k] = input of global element first+k.
+void fill_red_input(ReduceOp op, DType dt, int r, int n, size_t first, size_t count, uint64_t seed, void* buf) {
+  for (size_t k = 0; k < count; ++k) put_value(dt, buf, k, red_input(op, dt, r, n, first + k, seed));
+}
+void fill_red_expected(ReduceOp op, DType dt, int n, size_t first, size_t count, uint64_t seed, void* buf) {
+  for (size_t k = 0; k < count; ++k) put_value(dt, buf, k, red_expected(op, dt, n, first + k, seed));
+}
+// buf[k] = data element first+k of stream `seed`.
+void fill_data_at(DType dt, void* buf, size_t count, uint64_t seed, size_t first) {
+  for (size_t k = 0; k < count; ++k) put_value(dt, buf, k, data_value(dt, data_key(seed, first + k)));
+}
+
+std::string desc_of(const char* what, Algo a, DType dt, const char* op, size_t count, int root = -1,
+                    bool inplace = false) {
+  std::string s = std::string(what) + " algo=" + algo_str(a) + " dt=" + dt_name(dt);
+  if (op) s += std::string(" op=") + op;
+  s += " count=" + std::to_string(count);
+  if (root >= 0) s += " root=" + std::to_string(root);
+  if (inplace) s += " in-place";
+  return s;
+}
+
+// The reduction cases of a family: full matrix at 7 and 4097, sum at 0 and 1, large subset.
+template <class F>
+void for_reduction_cases(F&& f) {
+  const bool full = full_matrix();
+  for (size_t count : kSmallSizes) {
+    for (DType dt : kAllDTypes) {
+      for (ReduceOp op : kAllReduceOps) {
+        if (!reduce_op_supported(dt, op)) continue;
+        if (!full && count < 7 && op != ReduceOp::sum) continue;
+        f(dt, op, count, false);
+      }
+    }
+  }
+  for (DType dt : kLargeDTypes)
+    for (ReduceOp op : kLargeOps) f(dt, op, kLarge, true);
+}
+
+template <class F>
+void for_data_cases(F&& f) {
+  for (size_t count : kSmallSizes)
+    for (DType dt : kAllDTypes) f(dt, count, false);
+  for (DType dt : kLargeDTypes) f(dt, kLarge, true);
+}
+
+// ---- Families ---------------------------------------------------------------------------------
+
+std::vector<Algo> algos_for(const std::string& family, bool shm) {
+  std::vector<Algo> v;
+  if (family == "allreduce") v = {Algo::ring, Algo::bde, Algo::mst, Algo::direct, Algo::automatic};
+  if (family == "broadcast") v = {Algo::mst, Algo::scatter_allgather, Algo::direct, Algo::automatic};
+  if (family == "reduce") v = {Algo::mst, Algo::direct, Algo::automatic};
+  if (family == "allgather") v = {Algo::ring, Algo::rd, Algo::direct, Algo::automatic};
+  if (family == "allgatherv") v = {Algo::ring, Algo::automatic};
+  if (family == "reduce_scatter") v = {Algo::ring, Algo::rd, Algo::direct, Algo::automatic};
+  if (!shm) v.erase(std::remove(v.begin(), v.end(), Algo::direct), v.end());
+  return v;
+}
+
+void family_allreduce(Suite& s, bool shm) {
+  for (Algo a : algos_for("allreduce", shm)) {
+    int k = 0;
+    for_reduction_cases([&](DType dt, ReduceOp op, size_t count, bool) {
+      const bool inplace = (k++ % 2) == 1;
+      s.run(desc_of("allreduce", a, dt, op_str(op), count, -1, inplace), [&]() -> std::string {
+        const uint64_t seed = s.seed();
+        Buf in(dt, count), out(dt, count), expect(dt, count), orig(dt, count);
+        fill_red_input(op, dt, s.rank, s.n, 0, count, seed, in.data());
+        std::memcpy(orig.data(), in.data(), count * esize(dt));
+        fill_red_expected(op, dt, s.n, 0, count, seed, expect.data());
+        uint8_t* o = inplace ? in.data() : out.data();
+        s.c.allreduce(in.data(), o, count, dt, op, {a})->wait();
+        return first_err({compare_buffers(dt, o, expect.data(), count),
+                          inplace ? "" : compare_buffers(dt, in.data(), orig.data(), count).empty() ? "" : "modified its input",
+                          in.guards(), out.guards()});
+      });
+    });
+  }
+}
+
+void family_broadcast(Suite& s, bool shm) {
+  for (Algo a : algos_for("broadcast", shm)) {
+    int k = 0;
+    for_data_cases([&](DType dt, size_t count, bool) {
+      const int root = (k++ * 3 + 1) % s.n;
+      s.run(desc_of("broadcast", a, dt, nullptr, count, root), [&]() -> std::string {
+        const uint64_t seed = s.seed();
+        Buf buf(dt, count), expect(dt, count);
+        fill_data(dt, expect.data(), count, seed);
+        if (s.rank == root) fill_data(dt, buf.data(), count, seed);
+        s.c.broadcast(buf.data(), count, dt, root, {a})->wait();
+        return first_err({compare_buffers(dt, buf.data(), expect.data(), count), buf.guards()});
+      });
+    });
+  }
+}
+
+void family_reduce(Suite& s, bool shm) {
+  for (Algo a : algos_for("reduce", shm)) {
+    int k = 0;
+    for_reduction_cases([&](DType dt, ReduceOp op, size_t count, bool) {
+      const int kk = k++;
+      const int root = (kk * 3 + 2) % s.n;
+      const bool inplace = kk % 3 == 1;     // at the root
+      const bool null_out = kk % 3 != 2;    // elsewhere: null out, or a buffer left untouched
+      s.run(desc_of("reduce", a, dt, op_str(op), count, root, inplace), [&]() -> std::string {
+        const uint64_t seed = s.seed();
+        Buf in(dt, count), out(dt, count), expect(dt, count), orig(dt, count);
+        fill_red_input(op, dt, s.rank, s.n, 0, count, seed, in.data());
+        std::memcpy(orig.data(), in.data(), count * esize(dt));
+        const bool is_root = s.rank == root;
+        uint8_t* o = is_root ? (inplace ? in.data() : out.data()) : (null_out ? nullptr : out.data());
+        s.c.reduce(in.data(), o, count, dt, op, root, {a})->wait();
+        std::string err;
+        if (is_root) {
+          fill_red_expected(op, dt, s.n, 0, count, seed, expect.data());
+          err = compare_buffers(dt, o, expect.data(), count);
+        } else if (!null_out && !out.all_fill(count)) {
+          err = "wrote the output buffer of a non-root rank";
+        }
+        if (err.empty() && !(is_root && inplace) && !compare_buffers(dt, in.data(), orig.data(), count).empty())
+          err = "modified its input";
+        return first_err({err, in.guards(), out.guards()});
+      });
+    });
+  }
+}
+
+void family_allgather(Suite& s, bool shm) {
+  for (Algo a : algos_for("allgather", shm)) {
+    for_data_cases([&](DType dt, size_t count, bool large) {
+      if (large) count = block_large(s.n);
+      s.run(desc_of("allgather", a, dt, nullptr, count), [&]() -> std::string {
+        const uint64_t seed = s.seed();
+        Buf in(dt, count), out(dt, count * s.n), expect(dt, count * s.n);
+        fill_data(dt, in.data(), count, seed + s.rank);
+        for (int r = 0; r < s.n; ++r) fill_data(dt, expect.data() + r * count * esize(dt), count, seed + r);
+        s.c.allgather(in.data(), out.data(), count, dt, {a})->wait();
+        return first_err({compare_buffers(dt, out.data(), expect.data(), count * s.n), in.guards(), out.guards()});
+      });
+    });
+  }
+}
+
+std::vector<size_t> allgatherv_counts(int pattern, int n) {
+  std::vector<size_t> c(size_t(n), 0);
+  for (int r = 0; r < n; ++r) {
+    switch (pattern) {
+      case 0: c[r] = 5; break;
+      case 1: c[r] = (r % 2 == 0) ? 0 : size_t(r) * 3 + 1; break;
+      case 2: c[r] = (r == n - 1) ? 4097 : 0; break;
+      case 3: c[r] = 0; break;
+      case 4: c[r] = r == 0 ? 4097 : (size_t(r) * 7 + 1) % 5; break;
+      case 5: c[r] = r == 1 ? 0 : block_large(n) + size_t(r); break;  // large
+    }
+  }
+  return c;
+}
+
+void family_allgatherv(Suite& s, bool shm) {
+  for (Algo a : algos_for("allgatherv", shm)) {
+    for (int pattern = 0; pattern <= 5; ++pattern) {
+      for (DType dt : kAllDTypes) {
+        if (pattern == 5 && std::find(std::begin(kLargeDTypes), std::end(kLargeDTypes), dt) == std::end(kLargeDTypes))
+          continue;
+        auto counts = allgatherv_counts(pattern, s.n);
+        std::string cs;
+        for (size_t x : counts) cs += (cs.empty() ? "" : ",") + std::to_string(x);
+        if (cs.size() > 60) cs = cs.substr(0, 60) + "...";
+        s.run(std::string("allgatherv algo=") + algo_str(a) + " dt=" + dt_name(dt) + " counts=" + cs,
+              [&]() -> std::string {
+                const uint64_t seed = s.seed();
+                size_t total = 0;
+                for (size_t x : counts) total += x;
+                Buf in(dt, counts[s.rank]), out(dt, total), expect(dt, total);
+                fill_data(dt, in.data(), counts[s.rank], seed + s.rank);
+                size_t off = 0;
+                for (int r = 0; r < s.n; ++r) {
+                  fill_data(dt, expect.data() + off * esize(dt), counts[r], seed + r);
+                  off += counts[r];
+                }
+                s.c.allgatherv(in.data(), out.data(), counts, dt, {a})->wait();
+                return first_err({compare_buffers(dt, out.data(), expect.data(), total), in.guards(), out.guards()});
+              });
+      }
+    }
+  }
+}
+
+void family_reduce_scatter(Suite& s, bool shm) {
+  for (Algo a : algos_for("reduce_scatter", shm)) {
+    for_reduction_cases([&](DType dt, ReduceOp op, size_t count, bool large) {
+      if (large) count = block_large(s.n);
+      s.run(desc_of("reduce_scatter", a, dt, op_str(op), count), [&]() -> std::string {
+        const uint64_t seed = s.seed();
+        const size_t total = count * size_t(s.n);
+        Buf in(dt, total), out(dt, count), expect(dt, count), orig(dt, total);
+        fill_red_input(op, dt, s.rank, s.n, 0, total, seed, in.data());
+        std::memcpy(orig.data(), in.data(), total * esize(dt));
+        fill_red_expected(op, dt, s.n, size_t(s.rank) * count, count, seed, expect.data());
+        s.c.reduce_scatter(in.data(), out.data(), count, dt, op, {a})->wait();
+        return first_err({compare_buffers(dt, out.data(), expect.data(), count),
+                          compare_buffers(dt, in.data(), orig.data(), total).empty() ? "" : "modified its input",
+                          in.guards(), out.guards()});
+      });
+    });
+  }
+}
+
+void family_gather_scatter(Suite& s, bool) {
+  int k = 0;
+  for_data_cases([&](DType dt, size_t count, bool large) {
+    if (large) count = block_large(s.n);
+    const int root = (k++ * 5 + 1) % s.n;
+    const bool is_root = s.rank == root;
+    s.run(desc_of("gather", Algo::automatic, dt, nullptr, count, root), [&]() -> std::string {
+      const uint64_t seed = s.seed();
+      const size_t total = count * size_t(s.n);
+      Buf in(dt, count), out(dt, total), expect(dt, total);
+      fill_data(dt, in.data(), count, seed + s.rank);
+      s.c.gather(in.data(), is_root ? out.data() : nullptr, count, dt, root)->wait();
+      if (!is_root) return in.guards();
+      for (int r = 0; r < s.n; ++r) fill_data(dt, expect.data() + r * count * esize(dt), count, seed + r);
+      return first_err({compare_buffers(dt, out.data(), expect.data(), total), in.guards(), out.guards()});
+    });
+    s.run(desc_of("scatter", Algo::automatic, dt, nullptr, count, root), [&]() -> std::string {
+      const uint64_t seed = s.seed();
+      const size_t total = count * size_t(s.n);
+      Buf in(dt, total), out(dt, count), expect(dt, count);
+      if (is_root) fill_data(dt, in.data(), total, seed);
+      fill_data_at(dt, expect.data(), count, seed, size_t(s.rank) * count);
+      s.c.scatter(is_root ? in.data() : nullptr, out.data(), count, dt, root)->wait();
+      return first_err({compare_buffers(dt, out.data(), expect.data(), count), in.guards(), out.guards()});
+    });
+  });
+}
+
+size_t a2av_count(int pattern, int from, int to, int n) {
+  switch (pattern) {
+    case 0: return ((from * 3 + to * 5) % 4 == 0) ? 0 : size_t(from + 2 * to) % 9 + 1;
+    case 1: return from == to ? 4097 : size_t(from + to) % 3;
+    case 2: return 0;
+    case 3: return (kLarge / size_t(n * n)) + size_t(from == 0 ? 0 : to + 1);  // large
+  }
+  return 0;
+}
+
+void family_alltoall(Suite& s, bool) {
+  const int n = s.n;
+  for_data_cases([&](DType dt, size_t count, bool large) {
+    if (large) count = (kLarge / size_t(n * n)) | 1;
+    s.run(desc_of("alltoall", Algo::automatic, dt, nullptr, count), [&]() -> std::string {
+      const uint64_t seed = s.seed();
+      const size_t es = esize(dt), total = count * size_t(n);
+      Buf in(dt, total), out(dt, total), expect(dt, total);
+      for (int j = 0; j < n; ++j) fill_data(dt, in.data() + j * count * es, count, seed + s.rank * 1000 + j);
+      for (int i = 0; i < n; ++i) fill_data(dt, expect.data() + i * count * es, count, seed + i * 1000 + s.rank);
+      s.c.alltoall(in.data(), out.data(), count, dt)->wait();
+      return first_err({compare_buffers(dt, out.data(), expect.data(), total), in.guards(), out.guards()});
+    });
+  });
+  for (int pattern = 0; pattern <= 3; ++pattern) {
+    for (DType dt : kAllDTypes) {
+      if (pattern == 3 && dt != DType::f32 && dt != DType::i64) continue;
+      s.run(std::string("alltoallv dt=") + dt_name(dt) + " pattern=" + std::to_string(pattern), [&]() -> std::string {
+        const uint64_t seed = s.seed();
+        const size_t es = esize(dt);
+        std::vector<size_t> sc(n), rc(n);
+        size_t st = 0, rt = 0;
+        for (int j = 0; j < n; ++j) st += sc[j] = a2av_count(pattern, s.rank, j, n);
+        for (int i = 0; i < n; ++i) rt += rc[i] = a2av_count(pattern, i, s.rank, n);
+        Buf in(dt, st), out(dt, rt), expect(dt, rt);
+        size_t off = 0;
+        for (int j = 0; j < n; ++j) {
+          fill_data(dt, in.data() + off * es, sc[j], seed + s.rank * 1000 + j);
+          off += sc[j];
+        }
+        off = 0;
+        for (int i = 0; i < n; ++i) {
+          fill_data(dt, expect.data() + off * es, rc[i], seed + i * 1000 + s.rank);
+          off += rc[i];
+        }
+        s.c.alltoallv(in.data(), sc, out.data(), rc, dt)->wait();
+        return first_err({compare_buffers(dt, out.data(), expect.data(), rt), in.guards(), out.guards()});
+      });
+    }
+  }
+}
+
+void family_barrier(Suite& s, bool) {
+  // Round k: every rank counts itself in (shared memory), one rank arrives late, and nobody may
+  // leave the barrier before all n have arrived.
+  auto* counters = static_cast<uint32_t*>(shared_area());
+  constexpr int kRounds = 40;
+  for (int k = 0; k < kRounds; ++k) {
+    s.run("barrier round " + std::to_string(k), [&]() -> std::string {
+      if (k % 4 == 0 && s.rank == (k / 4) % s.n) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      __atomic_fetch_add(&counters[k], 1u, __ATOMIC_SEQ_CST);
+      s.c.barrier()->wait();
+      uint32_t seen = __atomic_load_n(&counters[k], __ATOMIC_SEQ_CST);
+      if (seen != uint32_t(s.n))
+        return "left the barrier when " + std::to_string(seen) + " of " + std::to_string(s.n) + " had arrived";
+      return "";
+    });
+  }
+}
+
+// Several ops in flight at once, test() polling, wait(timeout), on_complete; in-place ops.
+void family_async(Suite& s, bool) {
+  const int n = s.n, rank = s.rank;
+  s.run("several ops submitted, then test() until all complete", [&]() -> std::string {
+    const uint64_t seed = s.seed();
+    const size_t cnt = 4097;
+    // allreduce f32 sum, out of place
+    Buf ar_in(DType::f32, cnt), ar_out(DType::f32, cnt), ar_exp(DType::f32, cnt);
+    fill_red_input(ReduceOp::sum, DType::f32, rank, n, 0, cnt, seed, ar_in.data());
+    fill_red_expected(ReduceOp::sum, DType::f32, n, 0, cnt, seed, ar_exp.data());
+    // broadcast i32 from the last rank
+    Buf bc(DType::i32, 1000), bc_exp(DType::i32, 1000);
+    fill_data(DType::i32, bc_exp.data(), 1000, seed + 1);
+    if (rank == n - 1) fill_data(DType::i32, bc.data(), 1000, seed + 1);
+    // allgather u8
+    Buf ag_in(DType::u8, 33), ag_out(DType::u8, 33 * n), ag_exp(DType::u8, 33 * n);
+    fill_data(DType::u8, ag_in.data(), 33, seed + 2 + rank);
+    for (int r = 0; r < n; ++r) fill_data(DType::u8, ag_exp.data() + 33 * r, 33, seed + 2 + r);
+    // reduce_scatter f64 max
+    Buf rs_in(DType::f64, 100 * n), rs_out(DType::f64, 100), rs_exp(DType::f64, 100);
+    fill_red_input(ReduceOp::max, DType::f64, rank, n, 0, 100 * n, seed + 3, rs_in.data());
+    fill_red_expected(ReduceOp::max, DType::f64, n, 100 * rank, 100, seed + 3, rs_exp.data());
+    // allreduce i64 bxor in place
+    Buf ip(DType::i64, 517), ip_exp(DType::i64, 517);
+    fill_red_input(ReduceOp::bxor, DType::i64, rank, n, 0, 517, seed + 4, ip.data());
+    fill_red_expected(ReduceOp::bxor, DType::i64, n, 0, 517, seed + 4, ip_exp.data());
+    // reduce bf16 min to rank 1 % n
+    const int rroot = 1 % n;
+    Buf rd_in(DType::bf16, 300), rd_out(DType::bf16, 300), rd_exp(DType::bf16, 300);
+    fill_red_input(ReduceOp::min, DType::bf16, rank, n, 0, 300, seed + 5, rd_in.data());
+    fill_red_expected(ReduceOp::min, DType::bf16, n, 0, 300, seed + 5, rd_exp.data());
+
+    std::vector<WorkPtr> works;
+    works.push_back(s.c.allreduce(ar_in.data(), ar_out.data(), cnt, DType::f32, ReduceOp::sum));
+    works.push_back(s.c.broadcast(bc.data(), 1000, DType::i32, n - 1));
+    works.push_back(s.c.allgather(ag_in.data(), ag_out.data(), 33, DType::u8));
+    works.push_back(s.c.barrier());
+    works.push_back(s.c.reduce_scatter(rs_in.data(), rs_out.data(), 100, DType::f64, ReduceOp::max));
+    works.push_back(s.c.allreduce(ip.data(), ip.data(), 517, DType::i64, ReduceOp::bxor));
+    works.push_back(s.c.reduce(rd_in.data(), rank == rroot ? rd_out.data() : nullptr, 300, DType::bf16,
+                               ReduceOp::min, rroot));
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      bool all = true;
+      for (auto& w : works) all = all && w->test();
+      if (all) break;
+      if (std::chrono::steady_clock::now() > deadline) return "test() still false after 60 s";
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    for (auto& w : works) {
+      if (w->error()) std::rethrow_exception(w->error());
+      if (!w->wait()) return "wait() returned false after test() returned true";
+    }
+    return first_err({compare_buffers(DType::f32, ar_out.data(), ar_exp.data(), cnt),
+                      compare_buffers(DType::i32, bc.data(), bc_exp.data(), 1000),
+                      compare_buffers(DType::u8, ag_out.data(), ag_exp.data(), 33 * n),
+                      compare_buffers(DType::f64, rs_out.data(), rs_exp.data(), 100),
+                      compare_buffers(DType::i64, ip.data(), ip_exp.data(), 517),
+                      rank == rroot ? compare_buffers(DType::bf16, rd_out.data(), rd_exp.data(), 300) : ""});
+  });
+
+  s.run("32 allreduces in flight, waited in reverse order", [&]() -> std::string {
+    const uint64_t seed = s.seed();
+    constexpr int kOps = 32;
+    std::vector<std::unique_ptr<Buf>> bufs, exps;
+    std::vector<WorkPtr> works;
+    for (int k = 0; k < kOps; ++k) {
+      size_t cnt = size_t(k) * 37 + (k % 3 == 0 ? 5000 : 0);
+      bufs.push_back(std::make_unique<Buf>(DType::i32, cnt));
+      exps.push_back(std::make_unique<Buf>(DType::i32, cnt));
+      fill_red_input(ReduceOp::sum, DType::i32, rank, n, 0, cnt, seed + k, bufs.back()->data());
+      fill_red_expected(ReduceOp::sum, DType::i32, n, 0, cnt, seed + k, exps.back()->data());
+      works.push_back(s.c.allreduce(bufs.back()->data(), bufs.back()->data(), cnt, DType::i32, ReduceOp::sum));
+    }
+    for (int k = kOps; k-- > 0;) works[k]->wait();
+    for (int k = 0; k < kOps; ++k) {
+      auto e = compare_buffers(DType::i32, bufs[k]->data(), exps[k]->data(), bufs[k]->count());
+      if (!e.empty()) return "op " + std::to_string(k) + ": " + e;
+    }
+    return "";
+  });
+
+  if (n > 1) {
+    s.run("wait(timeout) returns false while a peer is late; on_complete runs once", [&]() -> std::string {
+      const uint64_t seed = s.seed();
+      Buf b(DType::f64, 64), e(DType::f64, 64);
+      fill_red_input(ReduceOp::sum, DType::f64, rank, n, 0, 64, seed, b.data());
+      fill_red_expected(ReduceOp::sum, DType::f64, n, 0, 64, seed, e.data());
+      if (rank == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      auto w = s.c.allreduce(b.data(), b.data(), 64, DType::f64, ReduceOp::sum);
+      auto calls = std::make_shared<std::atomic<int>>(0);
+      w->on_complete([calls] { calls->fetch_add(1); });
+      if (rank == 0) {
+        if (w->wait(std::chrono::milliseconds(50))) return "wait(50 ms) returned true while the last rank was 500 ms late";
+        if (w->test()) return "test() returned true while the last rank was late";
+      }
+      if (!w->wait()) return "wait() returned false";
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (calls->load() == 0 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (calls->load() != 1) return "on_complete ran " + std::to_string(calls->load()) + " times";
+      auto late = std::make_shared<std::atomic<int>>(0);
+      w->on_complete([late] { late->fetch_add(1); });
+      if (late->load() != 1) return "on_complete on a finished Work did not run at once";
+      if (w->error()) return "error() not null after success";
+      return compare_buffers(DType::f64, b.data(), e.data(), 64);
+    });
+  }
+
+  s.run("in-place allreduce and broadcast, every root", [&]() -> std::string {
+    for (int root = 0; root < n; ++root) {
+      const uint64_t seed = s.seed() + uint64_t(root) * 7;
+      Buf b(DType::f16, 999), e(DType::f16, 999);
+      fill_red_input(ReduceOp::sum, DType::f16, rank, n, 0, 999, seed, b.data());
+      fill_red_expected(ReduceOp::sum, DType::f16, n, 0, 999, seed, e.data());
+      s.c.allreduce(b.data(), b.data(), 999, DType::f16, ReduceOp::sum)->wait();
+      auto err = compare_buffers(DType::f16, b.data(), e.data(), 999);
+      if (!err.empty()) return "allreduce: " + err;
+      Buf c(DType::i8, 4099), ce(DType::i8, 4099);
+      fill_data(DType::i8, ce.data(), 4099, seed + 1);
+      if (rank == root) fill_data(DType::i8, c.data(), 4099, seed + 1);
+      s.c.broadcast(c.data(), 4099, DType::i8, root)->wait();
+      err = compare_buffers(DType::i8, c.data(), ce.data(), 4099);
+      if (!err.empty()) return "broadcast root " + std::to_string(root) + ": " + err;
+    }
+    return "";
+  });
+}
+
+// Requested algorithms that do not apply raise InvalidArgument (the same on every rank) and leave
+// the communicator usable.
+void family_algo_args(Suite& s, bool shm) {
+  const int n = s.n, rank = s.rank;
+  std::vector<float> in(64 * n, 1.0f), out(64 * n, 0.0f);
+  auto check_ok = [&]() -> std::string {
+    const uint64_t seed = s.seed();
+    Buf b(DType::i32, 10), e(DType::i32, 10);
+    fill_red_input(ReduceOp::sum, DType::i32, rank, n, 0, 10, seed, b.data());
+    fill_red_expected(ReduceOp::sum, DType::i32, n, 0, 10, seed, e.data());
+    s.c.allreduce(b.data(), b.data(), 10, DType::i32, ReduceOp::sum)->wait();
+    auto err = compare_buffers(DType::i32, b.data(), e.data(), 10);
+    return err.empty() ? "" : "allreduce after the InvalidArgument: " + err;
+  };
+  auto expect_invalid = [&](const std::string& what, const std::function<WorkPtr()>& call) {
+    s.run(what + " raises InvalidArgument", [&]() -> std::string {
+      std::string e = expect_kind("InvalidArgument", [&] { call()->wait(); });
+      if (!e.empty()) return "got " + e;
+      return check_ok();
+    });
+  };
+  float* I = in.data();
+  float* O = out.data();
+  const DType f = DType::f32;
+  const auto sum = ReduceOp::sum;
+  expect_invalid("gather algo=bde", [&] { return s.c.gather(I, O, 64, f, 0, {Algo::bde}); });
+  expect_invalid("scatter algo=bde", [&] { return s.c.scatter(I, O, 64, f, 0, {Algo::bde}); });
+  expect_invalid("alltoall algo=bde", [&] { return s.c.alltoall(I, O, 64, f, {Algo::bde}); });
+  expect_invalid("broadcast algo=bde", [&] { return s.c.broadcast(O, 64, f, 0, {Algo::bde}); });
+  expect_invalid("allgather algo=bde", [&] { return s.c.allgather(I, O, 64, f, {Algo::bde}); });
+  expect_invalid("allgather algo=mst", [&] { return s.c.allgather(I, O, 64, f, {Algo::mst}); });
+  expect_invalid("reduce_scatter algo=mst", [&] { return s.c.reduce_scatter(I, O, 64, f, sum, {Algo::mst}); });
+  expect_invalid("allreduce algo=scatter_allgather",
+                 [&] { return s.c.allreduce(I, O, 64, f, sum, {Algo::scatter_allgather}); });
+  if (!shm && n > 1) {
+    expect_invalid("tcp allreduce algo=direct", [&] { return s.c.allreduce(I, O, 64, f, sum, {Algo::direct}); });
+    expect_invalid("tcp broadcast algo=direct", [&] { return s.c.broadcast(O, 64, f, 0, {Algo::direct}); });
+    expect_invalid("tcp reduce algo=direct", [&] { return s.c.reduce(I, O, 64, f, sum, 0, {Algo::direct}); });
+    expect_invalid("tcp allgather algo=direct", [&] { return s.c.allgather(I, O, 64, f, {Algo::direct}); });
+    expect_invalid("tcp reduce_scatter algo=direct",
+                   [&] { return s.c.reduce_scatter(I, O, 64, f, sum, {Algo::direct}); });
+  }
+}
+
+void check_transport(Communicator& c, const std::string& transport) {
+  SH_CHECK_EQ(c.size(), my_size());
+  SH_CHECK_EQ(c.rank(), my_rank());
+  for (int p = 0; p < c.size(); ++p) {
+    std::string t = c.transport_to(p);
+    std::string want = p == c.rank() ? "self" : transport;
+    SH_CHECK(t == want) << "transport_to(" << p << ") = " << t << ", expected " << want;
+  }
+}
+
+using Param = std::tuple<int, std::string, std::string>;  // world size, transport, family
+
+class Collectives : public ::testing::TestWithParam<Param> {};
+
+TEST_P(Collectives, Matrix) {
+  const auto& [n, transport, family] = GetParam();
+  RunConfig cfg = transport_config(transport);
+  cfg.options.timeout = std::chrono::seconds(60);
+  cfg.env.push_back({"SHOAL_TIMEOUT", ""});
+  cfg.env.push_back({"SHOAL_ALGO", ""});
+  cfg.limit = std::chrono::seconds(280);
+  const bool shm = transport == "shm";
+  auto start = std::chrono::steady_clock::now();
+  run_ranks(n, cfg, [&, family = family, transport = transport](Communicator& c) {
+    check_transport(c, transport);
+    Suite s(c);
+    if (family == "allreduce") family_allreduce(s, shm);
+    else if (family == "broadcast") family_broadcast(s, shm);
+    else if (family == "reduce") family_reduce(s, shm);
+    else if (family == "allgather") family_allgather(s, shm);
+    else if (family == "allgatherv") family_allgatherv(s, shm);
+    else if (family == "reduce_scatter") family_reduce_scatter(s, shm);
+    else if (family == "gather_scatter") family_gather_scatter(s, shm);
+    else if (family == "alltoall") family_alltoall(s, shm);
+    else if (family == "barrier") family_barrier(s, shm);
+    else if (family == "async") family_async(s, shm);
+    else if (family == "algo_args") family_algo_args(s, shm);
+    else SH_CHECK(false) << "unknown family " << family;
+    s.finish();
+  });
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  RecordProperty("seconds", std::to_string(secs));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, Collectives,
+    ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8), ::testing::Values("shm", "tcp"),
+                       ::testing::Values("allreduce", "broadcast", "reduce", "allgather", "allgatherv",
+                                         "reduce_scatter", "gather_scatter", "alltoall", "barrier", "async",
+                                         "algo_args")),
+    [](const ::testing::TestParamInfo<Param>& info) {
+      return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param) + "_" +
+             std::get<2>(info.param);
+    });
+
+// The reference itself: the inputs are exact and the expected values are what the file comment
+// promises (so a failure above is the library's, not the generator's).
+TEST(CollectivesReference, InputsAreExact) {
+  for (int n : {1, 2, 3, 4, 5, 8}) {
+    for (DType dt : kAllDTypes) {
+      for (ReduceOp op : kAllReduceOps) {
+        for (size_t i = 0; i < 200; ++i) {
+          for (int r = 0; r < n; ++r) {
+            int64_t v = red_input(op, dt, r, n, i, 12345);
+            uint8_t b[8];
+            put_value(dt, b, 0, v);
+            if (op == ReduceOp::band || op == ReduceOp::bor || op == ReduceOp::bxor) continue;
+            ASSERT_EQ(get_double(dt, b, 0), double(v)) << dt_name(dt) << " " << op_str(op);
+          }
+          int64_t e = red_expected(op, dt, n, i, 12345);
+          if (op == ReduceOp::sum || op == ReduceOp::avg || op == ReduceOp::prod) {
+            if (dt == DType::boolean) {
+              ASSERT_TRUE(e == 0 || e == 1);
+            } else {
+              ASSERT_LE(std::abs(e), 127) << dt_name(dt) << " " << op_str(op) << " n=" << n;
+            }
+          }
+          if (op == ReduceOp::avg && is_float(dt)) {
+            int64_t s = 0;
+            for (int r = 0; r < n; ++r) s += red_input(op, dt, r, n, i, 12345);
+            ASSERT_EQ(s % n, 0);
+          }
+        }
+      }
+    }
+  }
+  // f16 / bf16 encodings of a few values.
+  EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(f32_to_f16(-2.0f), 0xc000);
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
+  EXPECT_EQ(bf16_to_f32(0xc000), -2.0f);
+}
+
+}  // namespace

@@ -1,0 +1,529 @@
+// Failures of peers and of the group, on shared memory and on TCP:
+//  - a rank killed (SIGKILL) in the middle of a large allreduce, or while the others wait in a
+//    barrier: every other rank's op fails within a few seconds (the group timeout is 60 s) with
+//    a PeerError naming the dead rank, and every later op fails at once;
+//  - a peer that never calls the op: the op fails at the group's timeout (2 s) with a Timeout
+//    naming the op;
+//  - abort() from another thread unblocks a pending op, and the peers learn about it;
+//  - shared-memory segments are private (mode 0600) and none is left in /dev/shm afterwards,
+//    even when ranks crash (before, during or after the rendezvous).
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <iostream>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "harness.h"
+
+using namespace shoal;
+using namespace shoal_test;
+
+namespace {
+
+constexpr double kDetectBound = 5.0;   // seconds from a peer's death to the error (spec: ~2 s)
+constexpr double kAfterBound = 1.0;    // seconds for an op after the failure to fail
+
+// Shared between the ranks of one run (and copied back to the parent).
+struct Shared {
+  double kill_time;   // now_seconds() just before the victim killed itself
+  double abort_time;  // when abort() was called
+  uint32_t done;      // set when a rank is finished with what the others wait for
+  uint32_t failed;    // survivors that have seen their op fail
+};
+Shared* shared() { return static_cast<Shared*>(shared_area()); }
+Shared shared_of(const RunResult& r) {
+  Shared s;
+  std::memcpy(&s, r.shared_copy.data(), sizeof s);
+  return s;
+}
+
+void store_time(double* p, double v) { std::atomic_ref<double>(*p).store(v); }
+double load_time(double* p) { return std::atomic_ref<double>(*p).load(); }
+
+[[noreturn]] void die_now() {
+  store_time(&shared()->kill_time, now_seconds());
+  ::raise(SIGKILL);
+  ::_exit(111);  // not reached
+}
+
+struct SetDoneOnExit {
+  ~SetDoneOnExit() { __atomic_store_n(&shared()->done, 1u, __ATOMIC_SEQ_CST); }
+};
+
+void wait_done(double max_seconds) {
+  double until = now_seconds() + max_seconds;
+  while (__atomic_load_n(&shared()->done, __ATOMIC_SEQ_CST) == 0 && now_seconds() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+std::string note_value(const std::string& notes, const std::string& key) {
+  size_t p = 0;
+  while (p < notes.size()) {
+    size_t nl = notes.find('\n', p);
+    if (nl == std::string::npos) nl = notes.size();
+    std::string line = notes.substr(p, nl - p);
+    if (line.rfind(key + "=", 0) == 0) return line.substr(key.size() + 1);
+    p = nl + 1;
+  }
+  return "";
+}
+
+// Survivors keep their communicators until all of them have seen the failure, so that what each
+// one reports is how it learnt of the dead rank, not that another survivor exited.
+void wait_all_failed(int survivors) {
+  __atomic_fetch_add(&shared()->failed, 1u, __ATOMIC_SEQ_CST);
+  double until = now_seconds() + 8;
+  while (__atomic_load_n(&shared()->failed, __ATOMIC_SEQ_CST) < uint32_t(survivors) && now_seconds() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+// After an op failed: a later op of each kind must fail at once. Notes "after_<op>=<kind> <s>".
+void check_later_ops_fail(Communicator& c) {
+  std::vector<float> a(1000, 1.0f), b(1000, 0.0f);
+  auto probe = [&](const char* what, const std::function<void()>& f) {
+    double t = now_seconds();
+    std::string kind = "none";
+    try {
+      f();
+    } catch (...) {
+      kind = kind_of(std::current_exception());
+    }
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "after_%s=%s %.3f", what, kind.c_str(), now_seconds() - t);
+    note(buf);
+  };
+  probe("allreduce", [&] { c.allreduce(a.data(), b.data(), 1000, DType::f32, ReduceOp::sum)->wait(); });
+  probe("barrier", [&] { c.barrier()->wait(); });
+  probe("broadcast", [&] { c.broadcast(a.data(), 1000, DType::f32, 0)->wait(); });
+  note(std::string("aborted=") + (c.aborted() ? "1" : "0"));
+}
+
+void expect_later_ops_failed(const RankOutcome& o) {
+  for (const char* what : {"allreduce", "barrier", "broadcast"}) {
+    std::string v = note_value(o.notes, std::string("after_") + what);
+    SCOPED_TRACE(std::string("rank ") + std::to_string(o.rank) + " op after the failure: " + what + " -> " + v);
+    ASSERT_FALSE(v.empty()) << o.describe();
+    std::string kind = v.substr(0, v.find(' '));
+    double secs = std::atof(v.substr(v.find(' ') + 1).c_str());
+    EXPECT_EQ(kind, "PeerError");
+    EXPECT_LT(secs, kAfterBound);
+  }
+  EXPECT_EQ(note_value(o.notes, "aborted"), "1") << "rank " << o.rank << ": aborted() is false after a PeerError";
+}
+
+// /dev/shm/shoal* entries that are not in `before` once the run is over, waiting up to 2 s for
+// ones that may belong to another test running at the same time. Removes what it reports, so
+// that a leak does not spill into other tests.
+std::vector<std::string> leftover_segments(const std::set<std::string>& before) {
+  std::vector<std::string> left;
+  for (int tries = 0; tries < 200; ++tries) {
+    left.clear();
+    for (auto& s : list_dev_shm_shoal())
+      if (!before.count(s)) left.push_back(s);
+    if (left.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (auto& s : left) ::shm_unlink(("/" + s).c_str());
+  return left;
+}
+
+std::set<std::string> dev_shm_now() {
+  auto v = list_dev_shm_shoal();
+  return std::set<std::string>(v.begin(), v.end());
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+void expect_private_modes(const RunResult& res) {
+  for (const auto& [name, mode] : res.shm_seen)
+    EXPECT_EQ(mode, 0600u) << "/dev/shm/" << name << " has mode 0" << std::oct << mode << std::dec;
+}
+
+RunConfig failure_config(const std::string& transport, int timeout_s) {
+  RunConfig cfg = transport_config(transport);
+  cfg.options.timeout = std::chrono::seconds(timeout_s);
+  cfg.env.push_back({"SHOAL_TIMEOUT", ""});
+  cfg.env.push_back({"SHOAL_ALGO", ""});
+  cfg.limit = std::chrono::seconds(45);
+  cfg.watch_dev_shm = transport == "shm";
+  return cfg;
+}
+
+std::string latencies(const RunResult& res, double kill_time) {
+  std::string s = "  seconds from the kill to each rank's error:";
+  for (const auto& o : res.ranks) {
+    std::string f = note_value(o.notes, "fail_at");
+    if (f.empty()) continue;
+    char b[64];
+    std::snprintf(b, sizeof b, " rank %d: %.3f", o.rank, std::atof(f.c_str()) - kill_time);
+    s += b;
+  }
+  return s;
+}
+
+// Checks every survivor of a run where `victim` killed itself.
+void expect_survivors_failed(const RunResult& res, int victim) {
+  const Shared sh = shared_of(res);
+  const auto& v = res.ranks[victim];
+  EXPECT_EQ(v.signal, SIGKILL) << "the victim did not die as planned: " << v.describe();
+  ASSERT_GT(sh.kill_time, 0.0) << "the victim never got to the kill";
+  for (const auto& o : res.ranks) {
+    if (o.rank == victim) continue;
+    SCOPED_TRACE("rank " + std::to_string(o.rank));
+    ASSERT_FALSE(o.hung) << res.describe();
+    EXPECT_EQ(o.error_kind, "PeerError") << res.describe();
+    const double fail_at = std::atof(note_value(o.notes, "fail_at").c_str());
+    const double latency = fail_at - sh.kill_time;
+    EXPECT_GE(latency, 0.0) << "failed before the victim died\n" << res.describe();
+    EXPECT_LT(latency, kDetectBound) << "took " << latency << " s to notice the dead peer\n"
+                                     << res.describe() << latencies(res, sh.kill_time);
+    EXPECT_TRUE(names_rank(o.message, victim)) << "the error does not name rank " << victim << ": " << o.message;
+    expect_later_ops_failed(o);
+  }
+}
+
+// ---- A rank killed during a large allreduce ----------------------------------------------------
+
+class KillDuringAllreduce : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(KillDuringAllreduce, SurvivorsFailFast) {
+  const auto& [transport, algo_name] = GetParam();
+  const Algo algo = parse_algo(algo_name);
+  constexpr int n = 4, victim = 2;
+  auto before = dev_shm_now();
+  RunConfig cfg = failure_config(transport, 60);
+  auto res = run_ranks_outcomes(n, cfg, [algo](Communicator& c) {
+    const size_t count = size_t(8) << 20;  // 32 MiB of f32 per rank
+    std::vector<float> a(count, 1.0f), b(count, 0.0f);
+    if (c.rank() == victim) {
+      auto w = c.allreduce(a.data(), b.data(), count, DType::f32, ReduceOp::sum, {algo});
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      die_now();
+    }
+    try {
+      for (int it = 0; it < 2000; ++it) c.allreduce(a.data(), b.data(), count, DType::f32, ReduceOp::sum, {algo})->wait();
+    } catch (const Error&) {
+      const double t = now_seconds();
+      check_later_ops_fail(c);
+      wait_all_failed(n - 1);
+      note("fail_at=" + std::to_string(t));
+      throw;
+    }
+    SH_CHECK(false) << "2000 allreduces succeeded with a dead peer";
+  });
+  expect_survivors_failed(res, victim);
+  expect_private_modes(res);
+  auto left = leftover_segments(before);
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, KillDuringAllreduce,
+                         ::testing::Values(std::make_tuple("shm", "auto"), std::make_tuple("shm", "ring"),
+                                           std::make_tuple("shm", "direct"), std::make_tuple("tcp", "auto"),
+                                           std::make_tuple("tcp", "ring"), std::make_tuple("tcp", "bde")),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& i) {
+                           return std::get<0>(i.param) + "_" + std::get<1>(i.param);
+                         });
+
+// ---- A rank killed while the others wait in a barrier -----------------------------------------
+
+class KillDuringBarrier : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(KillDuringBarrier, SurvivorsFailFast) {
+  const auto& [transport, victim] = GetParam();
+  constexpr int n = 4;
+  auto before = dev_shm_now();
+  auto res = run_ranks_outcomes(n, failure_config(transport, 60), [victim = victim](Communicator& c) {
+    c.barrier()->wait();  // everybody is up
+    if (c.rank() == victim) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      die_now();
+    }
+    try {
+      c.barrier()->wait();
+    } catch (const Error&) {
+      const double t = now_seconds();
+      check_later_ops_fail(c);
+      wait_all_failed(n - 1);
+      note("fail_at=" + std::to_string(t));
+      throw;
+    }
+    SH_CHECK(false) << "the barrier succeeded without the dead rank";
+  });
+  expect_survivors_failed(res, victim);
+  expect_private_modes(res);
+  auto left = leftover_segments(before);
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, KillDuringBarrier,
+                         ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(0, 3)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& i) {
+                           return std::get<0>(i.param) + "_victim" + std::to_string(std::get<1>(i.param));
+                         });
+
+// ---- A peer that never calls the op ----------------------------------------------------------
+
+class PeerNeverCalls : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+// Rank 0 calls the op, rank 1 never does (it stays alive and idle): rank 0 fails at the group's
+// timeout (2 s) with a Timeout naming the op. Rank 1's next op then fails promptly too.
+TEST_P(PeerNeverCalls, TimesOut) {
+  const auto& [transport, op] = GetParam();
+  auto before = dev_shm_now();
+  auto res = run_ranks_outcomes(2, failure_config(transport, 2), [op = op](Communicator& c) {
+    std::vector<float> a(4096, 1.0f), b(4096, 0.0f);
+    if (c.rank() == 0) {
+      SetDoneOnExit done;
+      mark_time();
+      if (op == "allreduce") c.allreduce(a.data(), b.data(), 4096, DType::f32, ReduceOp::sum)->wait();
+      if (op == "barrier") c.barrier()->wait();
+      if (op == "recv") c.recv(b.data(), 4096, DType::f32, 1, 3)->wait();
+      SH_CHECK(false) << op << " succeeded without the peer";
+    }
+    wait_done(15);
+    mark_time();
+    c.allreduce(a.data(), b.data(), 4096, DType::f32, ReduceOp::sum)->wait();
+    SH_CHECK(false) << "allreduce succeeded on rank 1 after rank 0 timed out";
+  });
+  const auto& r0 = res.ranks[0];
+  const auto& r1 = res.ranks[1];
+  EXPECT_EQ(r0.error_kind, "Timeout") << res.describe();
+  EXPECT_NE(r0.message.find(op), std::string::npos) << "the Timeout does not name the op: " << r0.message;
+  EXPECT_GE(r0.fail_seconds, 1.5) << res.describe();
+  EXPECT_LT(r0.fail_seconds, 5.0) << res.describe();
+  EXPECT_FALSE(r1.hung) << res.describe();
+  EXPECT_TRUE(r1.error_kind == "PeerError" || r1.error_kind == "Timeout") << res.describe();
+  EXPECT_LT(r1.fail_seconds, 3.0) << res.describe();
+  auto left = leftover_segments(before);
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, PeerNeverCalls,
+                         ::testing::Combine(::testing::Values("shm", "tcp"),
+                                            ::testing::Values("allreduce", "barrier", "recv")),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& i) {
+                           return std::get<0>(i.param) + "_" + std::get<1>(i.param);
+                         });
+
+// Three ranks, the last never calls: both callers fail by about the timeout, at least one of them
+// with Timeout (the other may learn of it as a PeerError first).
+TEST(PeerNeverCallsGroup, ThreeRanks) {
+  for (const char* transport : {"shm", "tcp"}) {
+    SCOPED_TRACE(transport);
+    auto res = run_ranks_outcomes(3, failure_config(transport, 2), [](Communicator& c) {
+      std::vector<float> a(100000, 1.0f), b(100000, 0.0f);
+      if (c.rank() == 2) {
+        wait_done(15);
+        return;
+      }
+      SetDoneOnExit done;
+      mark_time();
+      c.allreduce(a.data(), b.data(), 100000, DType::f32, ReduceOp::sum)->wait();
+      SH_CHECK(false) << "allreduce succeeded without rank 2";
+    });
+    int timeouts = 0;
+    for (int r = 0; r < 2; ++r) {
+      const auto& o = res.ranks[r];
+      EXPECT_TRUE(o.error_kind == "Timeout" || o.error_kind == "PeerError") << res.describe();
+      timeouts += o.error_kind == "Timeout";
+      EXPECT_GE(o.fail_seconds, 1.5) << res.describe();
+      EXPECT_LT(o.fail_seconds, 5.0) << res.describe();
+    }
+    EXPECT_GE(timeouts, 1) << res.describe();
+    EXPECT_FALSE(res.ranks[2].hung) << res.describe();
+  }
+}
+
+// ---- abort() from another thread ----------------------------------------------------------------
+
+class AbortFromThread : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(AbortFromThread, UnblocksPendingOp) {
+  auto before = dev_shm_now();
+  auto res = run_ranks_outcomes(2, failure_config(GetParam(), 60), [](Communicator& c) {
+    std::vector<float> a(1 << 16, 1.0f), b(1 << 16, 0.0f);
+    if (c.rank() == 1) {
+      // Late for the allreduce: by then rank 0 has aborted, and this rank must learn of it.
+      SetDoneOnExit done;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      mark_time();
+      c.allreduce(a.data(), b.data(), 1 << 16, DType::f32, ReduceOp::sum)->wait();
+      SH_CHECK(false) << "allreduce succeeded with an aborted peer";
+    }
+    auto w = c.allreduce(a.data(), b.data(), 1 << 16, DType::f32, ReduceOp::sum);
+    std::jthread aborter([&c] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      store_time(&shared()->abort_time, now_seconds());
+      c.abort("aborted by the test thread");
+    });
+    try {
+      w->wait();
+    } catch (const Error& e) {
+      aborter.join();
+      const double dt = now_seconds() - load_time(&shared()->abort_time);
+      note("unblocked_after=" + std::to_string(dt));
+      SH_CHECK(dt < kAfterBound) << "the pending op failed " << dt << " s after abort()";
+      SH_CHECK(c.aborted()) << "aborted() is false after abort()";
+      check_later_ops_fail(c);
+      // Stay up until rank 1 is done: it must learn of the abort from the abort itself, not
+      // from this process going away.
+      wait_done(8);
+      throw;
+    }
+    SH_CHECK(false) << "the allreduce completed although the peer never called it";
+  });
+  const auto& r0 = res.ranks[0];
+  const auto& r1 = res.ranks[1];
+  EXPECT_EQ(r0.error_kind, "PeerError") << res.describe();
+  expect_later_ops_failed(r0);
+  EXPECT_FALSE(r1.hung) << res.describe();
+  EXPECT_EQ(r1.error_kind, "PeerError") << res.describe();
+  EXPECT_LT(r1.fail_seconds, kAfterBound) << res.describe();
+  EXPECT_TRUE(names_rank(r1.message, 0)) << "the peer's error does not name rank 0: " << r1.message;
+  auto left = leftover_segments(before);
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, AbortFromThread, ::testing::Values("shm", "tcp"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// abort() while the whole group streams allreduces: every rank stops with PeerError.
+TEST(AbortFromThreadGroup, DuringTraffic) {
+  for (const char* transport : {"shm", "tcp"}) {
+    SCOPED_TRACE(transport);
+    auto res = run_ranks_outcomes(3, failure_config(transport, 60), [](Communicator& c) {
+      const size_t count = size_t(1) << 20;
+      std::vector<float> a(count, 1.0f), b(count, 0.0f);
+      std::jthread aborter;
+      if (c.rank() == 1)
+        aborter = std::jthread([&c] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(400));
+          c.abort("aborted during traffic");
+        });
+      for (int it = 0; it < 100000; ++it) c.allreduce(a.data(), b.data(), count, DType::f32, ReduceOp::sum)->wait();
+      SH_CHECK(false) << "never stopped";
+    });
+    for (const auto& o : res.ranks) {
+      EXPECT_FALSE(o.hung) << res.describe();
+      EXPECT_EQ(o.error_kind, "PeerError") << res.describe();
+    }
+  }
+}
+
+// ---- Shared-memory segments ---------------------------------------------------------------------
+
+// While the group is up, its segments are private (0600) and unlinked as soon as every peer has
+// mapped them: after a barrier none of them is visible; after exit nothing is left.
+TEST(DevShm, SegmentsPrivateAndUnlinked) {
+  auto before = dev_shm_now();
+  RunConfig cfg = failure_config("shm", 30);
+  cfg.watch_dev_shm = true;
+  // The last rank comes late, so the others' segments exist for a while before all are mapped.
+  cfg.before_construct = [](int rank) {
+    if (rank == 3) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  };
+  auto res = run_ranks_outcomes(4, cfg, [before](Communicator& c) {
+    c.barrier()->wait();
+    std::vector<std::string> visible;
+    for (int tries = 0; tries < 100; ++tries) {
+      visible.clear();
+      for (auto& s : list_dev_shm_shoal())
+        if (!before.count(s)) visible.push_back(s);
+      if (visible.empty()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    SH_CHECK(visible.empty()) << "still in /dev/shm after every rank mapped the segments: " << join(visible);
+    std::vector<double> x(1000, 1.0), y(1000, 0.0);
+    c.allreduce(x.data(), y.data(), 1000, DType::f64, ReduceOp::sum)->wait();
+    SH_CHECK_EQ(y[0], 4.0);
+  });
+  for (const auto& o : res.ranks) EXPECT_TRUE(o.ok()) << res.describe();
+  std::string seen;
+  for (const auto& [name, mode] : res.shm_seen) seen += " " + name;
+  std::cout << "[ info ] segments seen in /dev/shm during construction:" << (seen.empty() ? " none" : seen) << "\n";
+  expect_private_modes(res);
+  auto left = leftover_segments(before);
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
+}
+
+// A rank that dies before constructing: the others' construction fails by the timeout, and
+// their segments (never mapped by the dead rank) are not left behind.
+TEST(DevShm, RankDiesBeforeConstruction) {
+  auto before = dev_shm_now();
+  RunConfig cfg = failure_config("shm", 3);
+  cfg.before_construct = [](int rank) {
+    if (rank == 2) die_now();
+  };
+  auto res = run_ranks_outcomes(3, cfg, [](Communicator&) { SH_CHECK(false) << "construction succeeded"; });
+  EXPECT_EQ(res.ranks[2].signal, SIGKILL);
+  for (int r = 0; r < 2; ++r) {
+    const auto& o = res.ranks[r];
+    EXPECT_FALSE(o.hung) << res.describe();
+    EXPECT_EQ(o.error_kind, "setup") << res.describe();
+    EXPECT_TRUE(o.setup_kind == "Timeout" || o.setup_kind == "PeerError") << res.describe();
+    EXPECT_LT(o.fail_at - shared_of(res).kill_time, 3.0 + 3.0) << res.describe();
+  }
+  expect_private_modes(res);
+  auto left = leftover_segments(before);
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
+}
+
+// A rank killed in the middle of the rendezvous (its segment made, not yet mapped by a late
+// peer): nothing may be left behind either.
+TEST(DevShm, RankDiesDuringConstruction) {
+  auto before = dev_shm_now();
+  RunConfig cfg = failure_config("shm", 4);
+  cfg.before_construct = [](int rank) {
+    if (rank == 3) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    if (rank == 2) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        die_now();
+      }).detach();
+    }
+  };
+  auto res = run_ranks_outcomes(4, cfg, [](Communicator& c) {
+    c.barrier()->wait();
+    SH_CHECK(false) << "a barrier succeeded with a dead rank";
+  });
+  EXPECT_EQ(res.ranks[2].signal, SIGKILL) << res.describe();
+  for (int r : {0, 1, 3}) {
+    const auto& o = res.ranks[r];
+    EXPECT_FALSE(o.hung) << res.describe();
+    EXPECT_FALSE(o.ok()) << res.describe();
+  }
+  expect_private_modes(res);
+  auto left = leftover_segments(before);
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
+}
+
+// Every rank killed at once in the middle of traffic: no survivor cleans up, and still nothing is
+// left in /dev/shm.
+TEST(DevShm, WholeGroupKilled) {
+  auto before = dev_shm_now();
+  auto res = run_ranks_outcomes(4, failure_config("shm", 30), [](Communicator& c) {
+    const size_t count = size_t(1) << 20;
+    std::vector<float> a(count, 1.0f), b(count, 0.0f);
+    for (int it = 0; it < 3; ++it) c.allreduce(a.data(), b.data(), count, DType::f32, ReduceOp::sum)->wait();
+    auto w = c.allreduce(a.data(), b.data(), count, DType::f32, ReduceOp::sum);
+    ::raise(SIGKILL);
+  });
+  for (const auto& o : res.ranks) EXPECT_EQ(o.signal, SIGKILL) << res.describe();
+  auto left = leftover_segments(before);
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
+}
+
+}  // namespace

@@ -1,0 +1,257 @@
+// Point to point: send/recv of every dtype and size 0 .. 1 Mi + 3, with tags, in both directions;
+// ring exchanges among 2..8 ranks with async sends (both the safe even/odd order and the order
+// where every rank posts its send first); several messages between one pair arriving in order;
+// a tag, count or dtype that does not match fails with an error, never with data.
+#include <cstring>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "harness.h"
+
+using namespace shoal;
+using namespace shoal_test;
+
+namespace {
+
+constexpr size_t kLarge = (size_t(1) << 20) + 3;
+constexpr size_t kSizes[] = {0, 1, 7, 4097, 65537, kLarge};
+
+RunConfig p2p_config(const std::string& transport) {
+  RunConfig cfg = transport_config(transport);
+  cfg.options.timeout = std::chrono::seconds(30);
+  cfg.env.push_back({"SHOAL_TIMEOUT", ""});
+  cfg.limit = std::chrono::seconds(120);
+  return cfg;
+}
+
+class P2P : public ::testing::TestWithParam<std::string> {};
+
+// Every dtype x size, rank 0 -> 1 then 1 -> 0, each message with its own tag.
+TEST_P(P2P, EveryDtypeAndSize) {
+  run_ranks(2, p2p_config(GetParam()), [](Communicator& c) {
+    Suite s(c);
+    const int me = c.rank(), peer = 1 - me;
+    uint64_t tag = 1;
+    for (int dir = 0; dir < 2; ++dir) {
+      const int sender = dir;
+      for (DType dt : kAllDTypes) {
+        for (size_t count : kSizes) {
+          const uint64_t t = tag++ * 977;  // distinct, sparse tags
+          s.run(std::string("p2p ") + std::to_string(sender) + "->" + std::to_string(1 - sender) + " dt=" +
+                    dt_name(dt) + " count=" + std::to_string(count) + " tag=" + std::to_string(t),
+                [&]() -> std::string {
+                  const uint64_t seed = s.seed();
+                  if (me == sender) {
+                    Buf b(dt, count), orig(dt, count);
+                    fill_data(dt, b.data(), count, seed);
+                    fill_data(dt, orig.data(), count, seed);
+                    c.send(b.data(), count, dt, peer, t)->wait();
+                    return first_err({compare_buffers(dt, b.data(), orig.data(), count).empty()
+                                          ? ""
+                                          : "send modified its buffer",
+                                      b.guards()});
+                  }
+                  Buf b(dt, count), e(dt, count);
+                  fill_data(dt, e.data(), count, seed);
+                  c.recv(b.data(), count, dt, peer, t)->wait();
+                  return first_err({compare_buffers(dt, b.data(), e.data(), count), b.guards()});
+                });
+        }
+      }
+    }
+    s.finish();
+  });
+}
+
+// Several messages of different sizes and tags between the same pair, all posted before any is
+// waited for, arrive in order.
+TEST_P(P2P, OrderingBetweenOnePair) {
+  run_ranks(2, p2p_config(GetParam()), [](Communicator& c) {
+    constexpr int kMsgs = 24;
+    auto count_of = [](int k) -> size_t { return k % 6 == 0 ? 0 : k % 6 == 1 ? 300000 + size_t(k) : size_t(k) * 31; };
+    auto tag_of = [](int k) -> uint64_t { return k % 3 == 0 ? 0 : (uint64_t(1) << 40) + uint64_t(k % 2); };
+    std::vector<std::unique_ptr<Buf>> bufs;
+    std::vector<WorkPtr> works;
+    for (int k = 0; k < kMsgs; ++k) {
+      bufs.push_back(std::make_unique<Buf>(DType::i32, count_of(k)));
+      if (c.rank() == 0) {
+        fill_data(DType::i32, bufs.back()->data(), count_of(k), 5000 + k);
+        works.push_back(c.send(bufs.back()->data(), count_of(k), DType::i32, 1, tag_of(k)));
+      } else {
+        works.push_back(c.recv(bufs.back()->data(), count_of(k), DType::i32, 0, tag_of(k)));
+      }
+    }
+    for (auto& w : works) w->wait();
+    if (c.rank() == 1) {
+      for (int k = 0; k < kMsgs; ++k) {
+        Buf e(DType::i32, count_of(k));
+        fill_data(DType::i32, e.data(), count_of(k), 5000 + k);
+        std::string err = compare_buffers(DType::i32, bufs[k]->data(), e.data(), count_of(k));
+        SH_CHECK(err.empty()) << "message " << k << ": " << err;
+        SH_CHECK(bufs[k]->guards().empty()) << "message " << k << ": " << bufs[k]->guards();
+      }
+    }
+    // The other direction with both ranks sending and receiving at once.
+    Buf out(DType::u8, 100000), in(DType::u8, 100000), e(DType::u8, 100000);
+    fill_data(DType::u8, out.data(), 100000, 77 + c.rank());
+    fill_data(DType::u8, e.data(), 100000, 77 + (1 - c.rank()));
+    auto ws = c.send(out.data(), 100000, DType::u8, 1 - c.rank(), 9);
+    auto wr = c.recv(in.data(), 100000, DType::u8, 1 - c.rank(), 9);
+    wr->wait();
+    ws->wait();
+    std::string err = compare_buffers(DType::u8, in.data(), e.data(), 100000);
+    SH_CHECK(err.empty()) << "simultaneous exchange: " << err;
+  });
+}
+
+// Messages with a tag, count or dtype the receiver did not post fail (on the receiver at least),
+// never deliver data.
+struct MismatchCase {
+  const char* name;
+  size_t send_count, recv_count;
+  DType send_dt, recv_dt;
+  uint64_t send_tag, recv_tag;
+};
+constexpr MismatchCase kMismatches[] = {
+    {"tag", 100, 100, DType::f32, DType::f32, 1, 2},
+    {"tag_large", kLarge, kLarge, DType::f32, DType::f32, 7, 8},
+    {"count", 100, 120, DType::i32, DType::i32, 3, 3},
+    {"count_shorter", 120, 100, DType::i32, DType::i32, 3, 3},
+    {"dtype", 100, 100, DType::i32, DType::f32, 4, 4},
+};
+
+class P2PMismatch : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(P2PMismatch, FailsWithError) {
+  const auto& [transport, which] = GetParam();
+  const MismatchCase mc = kMismatches[which];
+  RunConfig cfg = p2p_config(transport);
+  cfg.options.timeout = std::chrono::seconds(3);
+  cfg.limit = std::chrono::seconds(30);
+  auto res = run_ranks_outcomes(2, cfg, [mc](Communicator& c) {
+    auto* flag = static_cast<uint32_t*>(shared_area());
+    if (c.rank() == 0) {
+      Buf b(mc.send_dt, mc.send_count);
+      fill_data(mc.send_dt, b.data(), mc.send_count, 1);
+      std::string what = "ok";
+      try {
+        c.send(b.data(), mc.send_count, mc.send_dt, 1, mc.send_tag)->wait();
+      } catch (const Error& e) {
+        what = std::string("error: ") + e.what();
+      }
+      note("sender: " + what);
+      // Stay alive until the receiver is done, so that it sees the mismatch, not our exit.
+      auto until = now_seconds() + 10;
+      while (__atomic_load_n(flag, __ATOMIC_SEQ_CST) == 0 && now_seconds() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return;
+    }
+    Buf b(mc.recv_dt, mc.recv_count);
+    struct Done {
+      uint32_t* f;
+      ~Done() { __atomic_store_n(f, 1u, __ATOMIC_SEQ_CST); }
+    } done{flag};
+    mark_time();
+    c.recv(b.data(), mc.recv_count, mc.recv_dt, 0, mc.recv_tag)->wait();
+    SH_CHECK(false) << "recv succeeded despite a " << mc.name << " mismatch";
+  });
+  const auto& rx = res.ranks[1];
+  EXPECT_TRUE(rx.error_kind == "PeerError" || rx.error_kind == "Timeout")
+      << "receiver: " << rx.describe() << "\n" << res.describe();
+  EXPECT_FALSE(rx.hung) << res.describe();
+  EXPECT_LT(rx.fail_seconds, 6.0) << res.describe();
+  EXPECT_FALSE(res.ranks[0].hung) << res.describe();
+  EXPECT_TRUE(res.ranks[0].error_kind.empty()) << res.describe();  // sender: error inside is fine
+  if (rx.error_kind == "PeerError") {
+    EXPECT_TRUE(names_rank(rx.message, 0)) << "does not name the peer: " << rx.message;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, P2P, ::testing::Values("shm", "tcp"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+INSTANTIATE_TEST_SUITE_P(All, P2PMismatch,
+                         ::testing::Combine(::testing::Values("shm", "tcp"),
+                                            ::testing::Range(0, int(std::size(kMismatches)))),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& i) {
+                           return std::get<0>(i.param) + "_" + kMismatches[std::get<1>(i.param)].name;
+                         });
+
+// Ring exchanges among n ranks: each rank sends to its right and receives from its left (and the
+// reverse), sizes 0 .. 1 Mi + 3.
+class P2PRing : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
+
+TEST_P(P2PRing, Exchanges) {
+  const auto& [n, transport] = GetParam();
+  run_ranks(n, p2p_config(transport), [](Communicator& c) {
+    Suite s(c);
+    const int n = c.size(), me = c.rank();
+    const int right = (me + 1) % n, left = (me + n - 1) % n;
+    const DType dts[] = {DType::f32, DType::bf16, DType::i64, DType::u8, DType::boolean};
+    uint64_t round = 0;
+    for (size_t count : kSizes) {
+      for (DType dt : dts) {
+        if (count == kLarge && dt != DType::f32 && dt != DType::i64) continue;
+        const std::string base = std::string(" dt=") + dt_name(dt) + " count=" + std::to_string(count);
+        // 1. Every rank posts its send first, then its receive.
+        s.run("send-first ring" + base, [&]() -> std::string {
+          const uint64_t seed = s.seed(), tag = ++round;
+          Buf out(dt, count), in(dt, count), e(dt, count);
+          fill_data(dt, out.data(), count, seed + me);
+          fill_data(dt, e.data(), count, seed + left);
+          auto ws = c.send(out.data(), count, dt, right, tag);
+          auto wr = c.recv(in.data(), count, dt, left, tag);
+          wr->wait();
+          ws->wait();
+          return first_err({compare_buffers(dt, in.data(), e.data(), count), in.guards()});
+        });
+        // 2. Even ranks send first, odd ranks receive first; waits in reverse order.
+        s.run("even/odd ring" + base, [&]() -> std::string {
+          const uint64_t seed = s.seed(), tag = ++round;
+          Buf out(dt, count), in(dt, count), e(dt, count);
+          fill_data(dt, out.data(), count, seed + me);
+          fill_data(dt, e.data(), count, seed + left);
+          WorkPtr ws, wr;
+          if (me % 2 == 0) {
+            ws = c.send(out.data(), count, dt, right, tag);
+            wr = c.recv(in.data(), count, dt, left, tag);
+          } else {
+            wr = c.recv(in.data(), count, dt, left, tag);
+            ws = c.send(out.data(), count, dt, right, tag);
+          }
+          ws->wait();
+          wr->wait();
+          return first_err({compare_buffers(dt, in.data(), e.data(), count), in.guards()});
+        });
+        // 3. Both directions at once: to the right with one tag, to the left with another.
+        s.run("bidirectional ring" + base, [&]() -> std::string {
+          const uint64_t seed = s.seed(), tag = ++round * 1000;
+          Buf out_r(dt, count), out_l(dt, count), in_l(dt, count), in_r(dt, count), e_l(dt, count), e_r(dt, count);
+          fill_data(dt, out_r.data(), count, seed + me * 2);
+          fill_data(dt, out_l.data(), count, seed + me * 2 + 1);
+          fill_data(dt, e_l.data(), count, seed + left * 2);       // what left sent to its right
+          fill_data(dt, e_r.data(), count, seed + right * 2 + 1);  // what right sent to its left
+          std::vector<WorkPtr> w;
+          w.push_back(c.send(out_r.data(), count, dt, right, tag + 1));
+          w.push_back(c.send(out_l.data(), count, dt, left, tag + 2));
+          w.push_back(c.recv(in_l.data(), count, dt, left, tag + 1));
+          w.push_back(c.recv(in_r.data(), count, dt, right, tag + 2));
+          for (auto& x : w) x->wait();
+          return first_err({compare_buffers(dt, in_l.data(), e_l.data(), count),
+                            compare_buffers(dt, in_r.data(), e_r.data(), count), in_l.guards(), in_r.guards()});
+        });
+      }
+    }
+    s.finish();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(All, P2PRing,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 5, 8), ::testing::Values("shm", "tcp")),
+                         [](const ::testing::TestParamInfo<std::tuple<int, std::string>>& i) {
+                           return "n" + std::to_string(std::get<0>(i.param)) + "_" + std::get<1>(i.param);
+                         });
+
+}  // namespace
