@@ -5,9 +5,10 @@
 // from every other, and no round has a hot spot. The choice whenever some rank is off-host.
 //
 // Direct: ShmGroup::barrier (a sequence counter per rank in shared memory, futex sleep after a
-// short spin): one round of cache-line traffic, far below any message exchange. It also
-// publishes this op's token in the scratch header (see direct_common.h) so that a peer running a
-// direct collective against this barrier detects the mismatch.
+// short spin): one round of cache-line traffic, far below any message exchange. It publishes
+// and checks the op token in the scratch headers like every direct op (see direct_common.h), so a
+// barrier called against another rank's direct collective fails on every rank; it reads no
+// scratch data, so it needs no second barrier.
 #include "algo/common.h"
 #include "algo/direct_common.h"
 
@@ -23,6 +24,7 @@ void barrier_dissemination(Ctx& c) {
 void barrier_direct(Ctx& c) {
   direct::begin(c, direct::Sig(OpKind::barrier, c).value());
   c.shm()->barrier();
+  direct::check(c);
 }
 
 }  // namespace shoal::algo

@@ -22,15 +22,16 @@ void begin(Ctx& c, uint64_t sig) {
   h[0] = n;
   Sig t;
   t.add(sig).add(n);
-  __atomic_store_n(&h[1], t.value(), __ATOMIC_RELEASE);
+  __atomic_store_n(&h[1 + (n & 1)], t.value(), __ATOMIC_RELEASE);
 }
 
 void check(Ctx& c) {
   ShmGroup& g = *c.shm();
-  const uint64_t mine = __atomic_load_n(&header(g, c.rank)[1], __ATOMIC_ACQUIRE);
+  const size_t w = 1 + (header(g, c.rank)[0] & 1);
+  const uint64_t mine = __atomic_load_n(&header(g, c.rank)[w], __ATOMIC_ACQUIRE);
   for (int j = 0; j < c.size; ++j) {
     if (j == c.rank) continue;
-    const uint64_t t = __atomic_load_n(&header(g, j)[1], __ATOMIC_ACQUIRE);
+    const uint64_t t = __atomic_load_n(&header(g, j)[w], __ATOMIC_ACQUIRE);
     if (t != mine)
       throw PeerError(std::string(c.what) + ": rank " + std::to_string(j) +
                       " is running a different call than this rank (rank " + std::to_string(c.rank) +

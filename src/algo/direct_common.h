@@ -2,22 +2,21 @@
 //
 // Every rank's scratch area (ShmGroup::scratch(r), scratch_bytes() each) is laid out as
 //   [0, kHeaderBytes)   header: word 0 = this rank's count of direct ops (private to the owner),
-//                       word 1 = the token of the op it is in (published)
+//                       words 1 and 2 = the token of its op with an odd / even number (published)
 //   [kHeaderBytes, ..)  data: two slots of slot_bytes() each, used alternately by chunk
 //
 // Mismatch check. Direct algorithms move no framed messages, so the framing cannot catch ranks
 // that called different ops or counts (which would read a peer's scratch out of bounds or out of
-// step). Instead each op writes a token = hash(op kind, dtype, reduce op, count(s), root, op
-// number) into its header before its first barrier, and every rank compares all tokens right
-// after that barrier: all ranks see the same set of tokens, so either all go on or all throw
-// PeerError. A token is rewritten only by the owner's next direct op, which starts after this
-// op's final barrier, i.e. after every rank has read it. (The direct barrier op writes its token
-// but has a single barrier, so it does not read the others'; a peer running a real collective
-// against it still sees the mismatch: it reads either the barrier's token or, if the barrier
-// rank has already moved on, a token with a different op number.)
+// step). Instead op number k writes a token = hash(op kind, dtype, reduce op, count(s), root, k)
+// into header word 1 + k % 2 before its first barrier, and every rank compares all ranks' word
+// 1 + k % 2 right after that barrier: all ranks see the same set of tokens, so either all go on
+// or all throw PeerError. No rank can rewrite that word before every rank has read it: the next
+// op (k+1) writes the other word, and op k+2 starts only after op k+1's first barrier, which
+// every rank reaches only after its check in op k. So even an op with a single barrier (the
+// direct barrier) checks safely: a barrier run against a peer's allreduce fails on both sides.
 //
 // Reuse across ops. Every direct op ends with ShmGroup::barrier() after its last read of a
-// peer's scratch, so the next op may overwrite its own scratch from its first instruction.
+// peer's scratch, so the next op may overwrite its own scratch data from its first instruction.
 #pragma once
 #include <atomic>
 #include <cstddef>
