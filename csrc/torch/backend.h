@@ -1,0 +1,175 @@
+// BackendShoal: a c10d::Backend (what torch.distributed calls for every op of a process group)
+// over one shoal::Communicator. WorkShoal: the c10d::Work it returns.
+//
+// Every op validates its tensors on the caller's thread, stages what shoal cannot use in place
+// (non-contiguous tensors, tensors on an accelerator: copied to contiguous host memory, pinned
+// for accelerators) and submits one or more shoal ops. shoal runs them in submission order on
+// its progress thread; when the last one completes, the copy-back into the caller's tensors runs
+// (still on the progress thread, before the next op), the Work is marked complete, and the
+// Work's Future, if someone asked for it, is completed on this backend's completion thread, so
+// that future callbacks (DDP comm hooks, user `then`s) never run on shoal's progress thread.
+#pragma once
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shoal/communicator.h"
+
+namespace shoal_torch {
+
+// One thread per backend that completes Futures (and so runs their callbacks).
+class Completer {
+ public:
+  Completer() = default;
+  ~Completer();
+  Completer(const Completer&) = delete;
+  Completer& operator=(const Completer&) = delete;
+  void post(std::function<void()> fn);
+
+ private:
+  void loop();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+struct Builder;
+
+class WorkShoal : public c10d::Work {
+ public:
+  WorkShoal(int rank, c10d::OpType type, const char* profiling_title, const std::vector<at::Tensor>& inputs,
+            std::vector<at::Tensor> outputs, std::string context, uint64_t seq, int source_rank,
+            std::shared_ptr<Completer> completer);
+  ~WorkShoal() override;
+
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  int sourceRank() const override;
+  uint64_t getSequencenumber() const override { return seq_; }
+
+  // Internal: what runs when all the shoal ops of this work have completed.
+  struct Plan {
+    std::vector<at::Tensor> keep;                 // staging buffers alive until done
+    std::vector<std::function<void()>> finalize;  // copy-backs, on success, in order
+  };
+  void start(Plan plan, const std::vector<shoal::WorkPtr>& parts);
+
+ private:
+  void part_done(std::exception_ptr err);
+  void complete(std::exception_ptr err);
+
+  std::vector<at::Tensor> outputs_;
+  std::vector<c10::Device> devices_;  // accelerator devices of the outputs (for the Future)
+  std::string context_;               // "allreduce on rank 1 of group '0' (4 ranks)"
+  uint64_t seq_;
+  int source_rank_;
+  std::shared_ptr<Completer> completer_;
+
+  std::mutex part_mu_;
+  int remaining_ = 0;
+  std::exception_ptr first_error_;
+  Plan plan_;
+
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // guarded by mutex_ (the base class's)
+};
+
+class BackendShoal : public c10d::Backend {
+ public:
+  struct Options : c10d::Backend::Options {
+    explicit Options(std::chrono::milliseconds timeout = kBackendDefaultTimeout)
+        : c10d::Backend::Options("shoal", timeout) {}
+    std::string transport;  // "", "auto", "shm", "tcp" ("" = SHOAL_TRANSPORT or auto)
+    int tcp_streams = 0;    // 0 = SHOAL_TCP_STREAMS or the default
+  };
+
+  // Collective over the group: rendezvous through `store` (already prefixed by torch).
+  BackendShoal(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, c10::intrusive_ptr<Options> options);
+  ~BackendShoal() override;
+
+  const std::string getBackendName() const override { return "shoal"; }
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override { return options_; }
+  c10::intrusive_ptr<Options> getOptions() { return options_; }
+  // "shm", "tcp" or "self" for each peer, as the handshake decided.
+  std::vector<std::string> transports() const;
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts = c10d::AllreduceCoalescedOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks = false) override;
+
+  void setSequenceNumberForGroup() override;
+  uint64_t getSequenceNumberForGroup() override;
+
+  void abort() override;
+  void shutdown() override;
+
+ private:
+  // Submits the shoal ops `b` collected (atomically with respect to other threads' ops on this
+  // backend) and returns the Work that completes when they all have.
+  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
+                                        std::vector<at::Tensor> outputs, Builder& b, int source_rank = -1);
+  std::string context(const char* op) const;
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<Options> options_;
+  std::string group_;
+  std::shared_ptr<Completer> completer_;
+  std::mutex submit_mu_;
+  std::shared_ptr<shoal::Communicator> comm_;  // null after shutdown()
+  std::atomic<uint64_t> seq_{0};
+  uint64_t monitored_barrier_seq_ = 0;
+};
+
+}  // namespace shoal_torch

@@ -1,0 +1,71 @@
+// shoal._C: the Python face of the torch backend. Built against the installed torch (its
+// bundled pybind11, so that torch's c10d types are shared with torch._C).
+#include <pybind11/chrono.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/utils/pybind.h>
+
+#include "backend.h"
+
+namespace py = pybind11;
+using shoal_torch::BackendShoal;
+
+namespace {
+
+c10::intrusive_ptr<BackendShoal::Options> copy_options(const py::object& obj) {
+  auto o = c10::make_intrusive<BackendShoal::Options>();
+  if (obj.is_none()) return o;
+  auto given = obj.cast<c10::intrusive_ptr<BackendShoal::Options>>();
+  o->timeout = given->timeout;
+  o->transport = given->transport;
+  o->tcp_streams = given->tcp_streams;
+  return o;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "shoal's torch.distributed backend (C++)";
+  // torch.distributed registers c10d's types (Backend, Store, Work, ...) with pybind11.
+  py::module_::import("torch.distributed");
+
+  auto cls = py::class_<BackendShoal, c10d::Backend, c10::intrusive_ptr<BackendShoal>>(m, "BackendShoal", R"(
+A torch.distributed backend over one shoal communicator. Created by torch.distributed through
+the creator registered by ``import shoal``; constructing it directly is collective over the group.)");
+
+  py::class_<BackendShoal::Options, c10d::Backend::Options, c10::intrusive_ptr<BackendShoal::Options>>(cls, "Options", R"(
+Options of the shoal backend; pass as ``init_process_group("shoal", pg_options=...)`` or
+``new_group(..., pg_options=...)``. The process group's timeout overrides ``_timeout``.)")
+      .def(py::init([](std::chrono::milliseconds timeout) { return c10::make_intrusive<BackendShoal::Options>(timeout); }),
+           py::arg("timeout") = kBackendDefaultTimeout)
+      .def_readwrite("transport", &BackendShoal::Options::transport,
+                     "'auto', 'shm' or 'tcp' ('' = SHOAL_TRANSPORT or auto)")
+      .def_readwrite("tcp_streams", &BackendShoal::Options::tcp_streams,
+                     "TCP connections per peer (0 = SHOAL_TCP_STREAMS or the default)");
+
+  cls.def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
+                      const py::object& options) {
+            auto o = copy_options(options);
+            o->timeout = timeout;
+            py::gil_scoped_release nogil;
+            return c10::make_intrusive<BackendShoal>(store, rank, size, o);
+          }),
+          py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout") = kBackendDefaultTimeout,
+          py::arg("options") = py::none())
+      .def_property_readonly("options", &BackendShoal::getOptions)
+      .def("transports", &BackendShoal::transports, "'self', 'shm' or 'tcp' for each rank of the group");
+
+  // The creator torch.distributed calls (register_backend(..., extended_api=True)).
+  m.def(
+      "_create_backend",
+      [](const c10d::DistributedBackendOptions& d, const py::object& options) {
+        auto o = copy_options(options);
+        o->timeout = std::chrono::duration_cast<std::chrono::milliseconds>(d.timeout);
+        o->group_name = d.group_id;
+        o->global_ranks_in_group.assign(d.global_ranks_in_group.begin(), d.global_ranks_in_group.end());
+        auto store = d.store;
+        int rank = d.group_rank, size = d.group_size;
+        py::gil_scoped_release nogil;
+        return c10::make_intrusive<BackendShoal>(store, rank, size, o);
+      },
+      py::arg("dist_backend_opts"), py::arg("pg_options") = py::none());
+}
