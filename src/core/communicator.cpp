@@ -69,6 +69,7 @@ struct Communicator::Impl {
   std::deque<Op> queue;
   std::atomic<int> queued{0};
   bool stop = false;
+  bool links_closed = false;  // progress thread only, after an abort
   std::list<P2P> pending;  // progress thread only
   std::thread thread;
 
@@ -139,6 +140,19 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
   m.engine = std::make_unique<Engine>(rank, size, opts.group_name);
   m.engine->begin_op("rendezvous", Clock::now() + opts.timeout);
   m.topo = rendezvous(*prefixed, *m.engine, opts, advertise_host_for(*store));
+  m.engine->publish_abort = [prefixed, rank](const std::string& why) {
+    prefixed->set_string("abort/" + std::to_string(rank), why);
+  };
+  m.engine->peer_abort_reason = [prefixed](int peer) -> std::string {
+    // The peer publishes before it closes its links, so the key is there by the time we see
+    // the connection drop; wait briefly in case the store lags.
+    const std::string key = "abort/" + std::to_string(peer);
+    try {
+      return prefixed->get_string(key, Millis(200));
+    } catch (const Timeout&) {
+      return "";
+    }
+  };
   if (m.topo.shm_all) m.shm = std::make_unique<ShmGroupImpl>(*m.engine, m.topo.segs);
   m.thread = std::thread([this] { impl_->loop(); });
 }
@@ -155,8 +169,10 @@ Communicator::~Communicator() {
   // Peers still waiting on this rank learn it is gone (shm: state word; tcp: the sockets close).
   if (m.topo.segs[m.rank].valid()) {
     auto* c = m.topo.segs[m.rank].control();
-    std::strncpy(c->reason, "the communicator was destroyed", sizeof c->reason - 1);
-    c->state.store(2, std::memory_order_release);
+    if (c->state.load(std::memory_order_acquire) == 0) {  // an abort's reason stays as it is
+      std::strncpy(c->reason, "the communicator was destroyed", sizeof c->reason - 1);
+      c->state.store(2, std::memory_order_release);
+    }
   }
 }
 
@@ -215,6 +231,7 @@ void Communicator::Impl::run_one(Op& op) {
   } catch (...) {
     auto e = std::current_exception();
     engine->abort("an earlier op failed");  // no-op if already aborted with its own reason
+    engine->close_links();
     op.work->finish(e);
     fail_all(e);
   }
@@ -225,8 +242,14 @@ void Communicator::Impl::loop() {
     Op op;
     {
       std::unique_lock<std::mutex> lk(mu);
-      if (pending.empty()) cv.wait(lk, [&] { return stop || !queue.empty(); });
+      if (pending.empty()) cv.wait(lk, [&] { return stop || !queue.empty() || (engine->aborted() && !links_closed); });
       if (queue.empty() && stop) break;
+      if (engine->aborted() && !links_closed) {  // abort() from another thread while idle
+        links_closed = true;
+        lk.unlock();
+        engine->close_links();
+        continue;
+      }
       if (!queue.empty()) {
         op = std::move(queue.front());
         queue.pop_front();
@@ -438,7 +461,11 @@ WorkPtr Communicator::barrier() {
   return m.collective(OpKind::barrier, DType::u8, ReduceOp::sum, 0, -1, a, 0, [=](Ctx& c) { shoal::barrier(c, a); });
 }
 
-void Communicator::abort(const std::string& why) { impl_->engine->abort(why); }
+void Communicator::abort(const std::string& why) {
+  impl_->engine->abort(why);
+  { std::lock_guard<std::mutex> lk(impl_->mu); }  // the idle progress thread re-checks after this
+  impl_->cv.notify_all();
+}
 bool Communicator::aborted() const { return impl_->engine->aborted(); }
 
 }  // namespace shoal

@@ -87,14 +87,38 @@ void Engine::post(Request* r) {
 
 bool Engine::poll() {
   bool moved = false;
-  try {
-    for (auto& l : links_)
-      if (l && l->busy()) moved |= l->progress();
-  } catch (const PeerError& e) {
-    abort(e.what());
-    throw;
+  for (int r = 0; r < size; ++r) {
+    Link* l = links_[r].get();
+    if (!l || !l->busy()) continue;
+    try {
+      moved |= l->progress();
+    } catch (const PeerError& e) {
+      fail_peer(r, e.what());
+    }
   }
   return moved;
+}
+
+void Engine::fail_peer(int peer, const std::string& what) {
+  // A peer that aborted first (its own peer died, a mismatch, a timeout) closes its links; say
+  // what it saw, so that every rank's error leads to the rank that failed first.
+  std::string msg = what;
+  if (peer_abort_reason && !aborted()) {
+    std::string why;
+    try {
+      why = peer_abort_reason(peer);
+    } catch (...) {
+    }
+    if (!why.empty()) msg = std::string(what_) + " on group '" + group + "': rank " + std::to_string(peer) + " aborted: " + why;
+  }
+  abort(msg);
+  close_links();
+  throw PeerError(msg);
+}
+
+void Engine::close_links() noexcept {
+  for (auto& l : links_)
+    if (l) l->close();
 }
 
 void Engine::ring(ShmControl* c) {
@@ -190,6 +214,7 @@ void Engine::wait_loop(const std::vector<int>& waiting_for, bool (*done)(void*),
         }
       } catch (const PeerError& e) {
         abort(e.what());
+        close_links();
         throw;
       }
     }
@@ -208,6 +233,7 @@ void Engine::fail_timeout(const std::vector<int>& waiting_for) {
   std::string msg = std::string(what_) + " on group '" + group + "' (rank " + std::to_string(rank) + " of " +
                     std::to_string(size) + ") timed out waiting for rank(s) " + rank_list(waiting_for);
   abort(msg);
+  close_links();
   throw Timeout(msg);
 }
 
@@ -219,6 +245,12 @@ void Engine::abort(const std::string& reason) noexcept {
     aborted_.store(true, std::memory_order_release);
   }
   SHOAL_LOG(warn, "group '%s' aborted: %s", group.c_str(), reason.c_str());
+  if (publish_abort) {
+    try {
+      publish_abort(reason);
+    } catch (...) {  // the store may be gone with the peer that hosted it
+    }
+  }
   if (self_) {
     std::strncpy(self_->reason, reason.c_str(), sizeof self_->reason - 1);
     self_->state.store(1, std::memory_order_release);
@@ -233,10 +265,8 @@ std::string Engine::abort_reason() const {
   return reason_;
 }
 
-void Engine::throw_aborted() const {
-  // Closing TCP links tells remote peers; done here, on the thread that owns the links.
-  for (auto& l : links_)
-    if (l) l->close();
+void Engine::throw_aborted() {
+  close_links();  // we are on the progress thread: tell remote peers now
   throw PeerError("group '" + group + "' is aborted: " + abort_reason());
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -57,14 +58,24 @@ class Engine {
   // Fails the communicator: every later wait throws PeerError(reason); peers are told.
   void abort(const std::string& reason) noexcept;
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  // Closes every link, so remote peers see this rank leave at once. Only on the thread that
+  // progresses the links (the progress thread); idempotent.
+  void close_links() noexcept;
   std::string abort_reason() const;
-  [[noreturn]] void throw_aborted() const;
+  [[noreturn]] void throw_aborted();
 
   // Throws PeerError if a same-host peer's process has exited or aborted.
   void check_peers();
 
+  // Hooks to the store, set by the communicator: publish this rank's abort reason (called once,
+  // before the links close, so a peer that sees the connection drop can learn why), and look up
+  // the reason a peer published (empty if none), so errors name the rank that failed first.
+  std::function<void(const std::string&)> publish_abort;
+  std::function<std::string(int)> peer_abort_reason;
+
  private:
   void wait_loop(const std::vector<int>& waiting_for, bool (*done)(void*), void* arg);
+  [[noreturn]] void fail_peer(int peer, const std::string& what);
   [[noreturn]] void fail_timeout(const std::vector<int>& waiting_for);
 
   std::vector<std::unique_ptr<Link>> links_;
