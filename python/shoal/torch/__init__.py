@@ -46,6 +46,20 @@ def is_shoal_group(group=None) -> bool:
         return False
 
 
+def monitored_barrier(group=None, timeout=None, wait_all_ranks: bool = False) -> None:
+    """torch.distributed.monitored_barrier for shoal groups (torch's Python function accepts only
+    gloo groups; the C++ backend implements the op as gloo does, through the store): rank 0
+    raises naming the ranks that did not arrive within `timeout`."""
+    from datetime import timedelta
+
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if timeout is None:
+        timeout = dist.distributed_c10d._get_default_timeout(BACKEND_NAME)
+    elif not isinstance(timeout, timedelta):
+        timeout = timedelta(seconds=float(timeout))
+    pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+
 register()
 
-__all__ = ["BackendShoal", "Options", "register", "is_shoal_group", "BACKEND_NAME"]
+__all__ = ["BackendShoal", "Options", "register", "is_shoal_group", "monitored_barrier", "BACKEND_NAME"]

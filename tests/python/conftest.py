@@ -1,0 +1,54 @@
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from harness import Group  # noqa: E402
+
+WORLD_SIZES = [1, 2, 3, 4]
+
+_groups: dict[int, Group] = {}
+
+
+def get_group(world_size: int) -> Group:
+    """A process group of `world_size` ranks kept for the session (restarted if broken)."""
+    g = _groups.get(world_size)
+    if g is None or g.broken:
+        if g is not None:
+            g.close()
+        # Only one pool alive at a time: the machine may have 2 cores.
+        for ws in list(_groups):
+            _groups.pop(ws).close()
+        g = _groups[world_size] = Group(world_size)
+    return g
+
+
+@pytest.fixture(params=WORLD_SIZES, ids=lambda n: f"n{n}")
+def group(request):
+    return get_group(request.param)
+
+
+@pytest.fixture(params=[n for n in WORLD_SIZES if n > 1], ids=lambda n: f"n{n}")
+def group2(request):
+    """Groups of at least two ranks."""
+    return get_group(request.param)
+
+
+def pytest_collection_modifyitems(items):
+    # Run every test of one world size together, so that each pool starts once.
+    def key(item):
+        cs = getattr(item, "callspec", None)
+        for name in ("group", "group2"):
+            if cs is not None and name in cs.params:
+                return (0, cs.params[name])
+        return (1, 0)
+
+    items.sort(key=key)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for g in _groups.values():
+        g.close()
+    _groups.clear()

@@ -1,0 +1,473 @@
+"""Every op of the shoal backend against a reference computed in each rank, at world sizes 1..4,
+across dtypes and reduce ops, sync and async, contiguous or not."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from refs import DTYPES, MOVE_ONLY_DTYPES, OPS, assert_equal, data, reduce_ref, supported
+
+ALL_DTYPES = DTYPES + MOVE_ONLY_DTYPES
+dtype_id = lambda d: str(d).replace("torch.", "")  # noqa: E731
+
+# ---------------------------------------------------------------- worker functions
+
+
+def w_allreduce(rank, n, dtype, op, shape, async_op):
+    t = data(rank, shape, dtype, seed=1)
+    if not supported(dtype, op):
+        try:
+            dist.all_reduce(t, op=OPS[op])
+        except RuntimeError as e:
+            assert "shoal" in str(e), e
+            return "raised"
+        raise AssertionError(f"all_reduce({dtype}, {op}) should raise")
+    expected = reduce_ref([data(r, shape, dtype, seed=1) for r in range(n)], op, dtype)
+    if async_op:
+        w = dist.all_reduce(t, op=OPS[op], async_op=True)
+        fut = w.get_future()
+        assert w.wait()
+        assert w.is_completed() and w.is_success()
+        (res,) = fut.wait()
+        assert res.data_ptr() == t.data_ptr()
+    else:
+        assert dist.all_reduce(t, op=OPS[op]) is None
+    assert_equal(t, expected, f"all_reduce {dtype} {op}")
+    return "ok"
+
+
+def w_broadcast(rank, n, dtype, root):
+    shape = (3, 5)
+    t = data(rank, shape, dtype, seed=2)
+    dist.broadcast(t, src=root)
+    assert_equal(t, data(root, shape, dtype, seed=2), f"broadcast {dtype} from {root}")
+
+
+def w_reduce(rank, n, dtype, op, root):
+    shape = (17,)
+    t = data(rank, shape, dtype, seed=3)
+    mine = t.clone()
+    dist.reduce(t, dst=root, op=OPS[op])
+    if rank == root:
+        assert_equal(t, reduce_ref([data(r, shape, dtype, seed=3) for r in range(n)], op, dtype), "reduce")
+    else:
+        assert_equal(t, mine, "reduce leaves non-roots unchanged")
+
+
+def w_all_gather(rank, n, dtype, uneven):
+    size = lambda r: (r + 1 if uneven else 4)  # noqa: E731
+    t = data(rank, (size(rank),), dtype, seed=4)
+    outs = [torch.empty(size(r), dtype=dtype) for r in range(n)]
+    dist.all_gather(outs, t)
+    for r in range(n):
+        assert_equal(outs[r], data(r, (size(r),), dtype, seed=4), f"all_gather block {r}")
+
+
+def w_all_gather_into_tensor(rank, n, dtype, in_place):
+    k = 6
+    out = torch.empty(n * k, dtype=dtype)
+    if in_place:  # the input is this rank's block of the output (how FSDP calls it)
+        inp = out.narrow(0, rank * k, k)
+        inp.copy_(data(rank, (k,), dtype, seed=5))
+    else:
+        inp = data(rank, (k,), dtype, seed=5)
+    dist.all_gather_into_tensor(out, inp)
+    assert_equal(out, torch.cat([data(r, (k,), dtype, seed=5) for r in range(n)]), "all_gather_into_tensor")
+    out2 = torch.empty(n, k, dtype=dtype)  # stacked form
+    dist.all_gather_into_tensor(out2, data(rank, (k,), dtype, seed=5))
+    assert_equal(out2, torch.stack([data(r, (k,), dtype, seed=5) for r in range(n)]), "all_gather_into_tensor 2d")
+
+
+def w_gather_scatter(rank, n, dtype, root):
+    shape = (2, 3)
+    t = data(rank, shape, dtype, seed=6)
+    outs = [torch.empty(shape, dtype=dtype) for _ in range(n)] if rank == root else None
+    dist.gather(t, gather_list=outs, dst=root)
+    if rank == root:
+        for r in range(n):
+            assert_equal(outs[r], data(r, shape, dtype, seed=6), f"gather block {r}")
+    out = torch.empty(shape, dtype=dtype)
+    ins = [data(100 + r, shape, dtype, seed=7) for r in range(n)] if rank == root else None
+    dist.scatter(out, scatter_list=ins, src=root)
+    assert_equal(out, data(100 + rank, shape, dtype, seed=7), "scatter")
+
+
+def w_reduce_scatter(rank, n, dtype, op):
+    k = 5
+    ins = [data(rank * 10 + j, (k,), dtype, seed=8) for j in range(n)]
+    out = torch.empty(k, dtype=dtype)
+    dist.reduce_scatter(out, ins, op=OPS[op])
+    expected = reduce_ref([data(r * 10 + rank, (k,), dtype, seed=8) for r in range(n)], op, dtype)
+    assert_equal(out, expected, "reduce_scatter")
+    flat = torch.cat(ins)
+    out2 = torch.empty(k, dtype=dtype)
+    dist.reduce_scatter_tensor(out2, flat, op=OPS[op])
+    assert_equal(out2, expected, "reduce_scatter_tensor")
+
+
+def w_all_to_all(rank, n, dtype):
+    # Uneven: rank r sends (r + j + 1) elements to rank j.
+    ins = [data(rank * 10 + j, (rank + j + 1,), dtype, seed=9) for j in range(n)]
+    outs = [torch.empty(r + rank + 1, dtype=dtype) for r in range(n)]
+    dist.all_to_all(outs, ins)
+    for r in range(n):
+        assert_equal(outs[r], data(r * 10 + rank, (r + rank + 1,), dtype, seed=9), f"all_to_all from {r}")
+
+
+def w_all_to_all_single(rank, n, dtype, uneven):
+    cols = 3
+    if uneven:
+        in_splits = [rank + j + 1 for j in range(n)]
+        out_splits = [r + rank + 1 for r in range(n)]
+    else:
+        in_splits = out_splits = [2] * n
+    blocks = [data(rank * 10 + j, (in_splits[j], cols), dtype, seed=10) for j in range(n)]
+    inp = torch.cat(blocks)
+    out = torch.empty(sum(out_splits), cols, dtype=dtype)
+    if uneven:
+        dist.all_to_all_single(out, inp, out_splits, in_splits)
+    else:
+        dist.all_to_all_single(out, inp)
+    expected = torch.cat([data(r * 10 + rank, (out_splits[r], cols), dtype, seed=10) for r in range(n)])
+    assert_equal(out, expected, "all_to_all_single")
+
+
+def w_send_recv(rank, n, dtype):
+    right, left = (rank + 1) % n, (rank - 1) % n
+    shape = (4, 4)
+    # isend/irecv ring, then blocking send/recv pairs with tags, then batch_isend_irecv.
+    got = torch.empty(shape, dtype=dtype)
+    reqs = [dist.isend(data(rank, shape, dtype, seed=11), right), dist.irecv(got, left)]
+    for r in reqs:
+        r.wait()
+    assert_equal(got, data(left, shape, dtype, seed=11), "isend/irecv")
+    if rank % 2 == 0:
+        dist.send(data(rank, shape, dtype, seed=12), right, tag=7)
+        dist.recv(got, left, tag=7)
+    else:
+        dist.recv(got, left, tag=7)
+        dist.send(data(rank, shape, dtype, seed=12), right, tag=7)
+    assert_equal(got, data(left, shape, dtype, seed=12), "send/recv")
+    got2 = torch.empty(shape, dtype=dtype)
+    ops = [dist.P2POp(dist.isend, data(rank, shape, dtype, seed=13), right), dist.P2POp(dist.irecv, got2, left)]
+    for r in dist.batch_isend_irecv(ops):
+        r.wait()
+    assert_equal(got2, data(left, shape, dtype, seed=13), "batch_isend_irecv")
+
+
+def w_recv_source_rank(rank, n):
+    if rank == 0:
+        t = torch.zeros(3)
+        w = dist.irecv(t, src=1)
+        w.wait()
+        assert w._source_rank() == 1
+        assert t.tolist() == [1.0, 2.0, 3.0]
+    elif rank == 1:
+        dist.send(torch.tensor([1.0, 2.0, 3.0]), 0)
+
+
+def w_recv_anysource(rank, n):
+    if rank == 0:
+        try:
+            dist.recv(torch.zeros(1))
+        except RuntimeError as e:
+            assert "any source" in str(e), e
+            return "raised"
+        raise AssertionError("recv without src should raise")
+
+
+def w_sizes(rank, n, count):
+    t = torch.full((count,), float(rank + 1))
+    dist.all_reduce(t)
+    assert torch.all(t == n * (n + 1) / 2), t[:8]
+    b = torch.full((count,), float(rank))
+    dist.broadcast(b, src=n - 1)
+    assert torch.all(b == n - 1)
+    out = torch.empty(n * count)
+    dist.all_gather_into_tensor(out, torch.full((count,), float(rank)))
+    assert torch.equal(out, torch.arange(n).float().repeat_interleave(count))
+
+
+def w_barrier(rank, n):
+    for _ in range(3):
+        dist.barrier()
+    w = dist.barrier(async_op=True)
+    w.wait()
+    # dist.monitored_barrier() refuses every backend but gloo in Python; the C++ backend
+    # implements it, reachable through the process group (and shoal.torch.monitored_barrier).
+    import shoal.torch
+
+    pg = dist.distributed_c10d._get_default_group()
+    pg.monitored_barrier(datetime.timedelta(seconds=30))
+    pg.monitored_barrier(datetime.timedelta(seconds=30), wait_all_ranks=True)
+    shoal.torch.monitored_barrier(timeout=datetime.timedelta(seconds=30))
+
+
+def w_coalesced(rank, n):
+    ts = [data(rank, (k,), torch.float32, seed=14 + k) for k in (1, 5, 9)]
+    exp = [reduce_ref([data(r, (k,), torch.float32, seed=14 + k) for r in range(n)], "SUM", torch.float32) for k in (1, 5, 9)]
+    dist.all_reduce_coalesced(ts)
+    for t, e in zip(ts, exp):
+        assert_equal(t, e, "all_reduce_coalesced")
+    # The coalescing manager: all_reduce, all_gather_into_tensor, reduce_scatter_tensor batches.
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    ts = [data(rank, (k,), torch.float32, seed=14 + k) for k in (1, 5, 9)]
+    with _coalescing_manager(async_ops=True) as cm:
+        for t in ts:
+            dist.all_reduce(t)
+    cm.wait()
+    for t, e in zip(ts, exp):
+        assert_equal(t, e, "coalesced all_reduce")
+    outs = [torch.empty(n * 3) for _ in range(2)]
+    with _coalescing_manager():
+        for i, o in enumerate(outs):
+            dist.all_gather_into_tensor(o, torch.full((3,), float(rank + i)))
+    for i, o in enumerate(outs):
+        assert torch.equal(o, (torch.arange(n).float() + i).repeat_interleave(3))
+    rs = [torch.empty(2) for _ in range(2)]
+    with _coalescing_manager():
+        for i, o in enumerate(rs):
+            dist.reduce_scatter_tensor(o, torch.full((2 * n,), float(i + 1)))
+    for i, o in enumerate(rs):
+        assert torch.equal(o, torch.full((2,), float(n * (i + 1))))
+    # all_gather_coalesced (deprecated API, still used).
+    outs = [[torch.empty(2), torch.empty(3)] for _ in range(n)]
+    dist.all_gather_coalesced(outs, [torch.full((2,), float(rank)), torch.full((3,), float(-rank))])
+    for r in range(n):
+        assert outs[r][0].tolist() == [float(r)] * 2 and outs[r][1].tolist() == [float(-r)] * 3
+
+
+def w_async_future(rank, n):
+    t = torch.ones(1000) * (rank + 1)
+    works = [dist.all_reduce(t.clone(), async_op=True) for _ in range(4)]
+    futs = [w.get_future() for w in works]
+    chained = futs[0].then(lambda f: f.value()[0] * 2)
+    for w in works:
+        w.wait()
+    for f in futs:
+        assert torch.all(f.wait()[0] == n * (n + 1) / 2)
+    assert torch.all(chained.wait() == n * (n + 1))
+    # get_future after completion; result().
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    assert torch.all(w.get_future().wait()[0] == n * (n + 1) / 2)
+    assert w.result()[0].data_ptr() == t.data_ptr()
+    # Futures of other ops.
+    outs = [torch.empty(2) for _ in range(n)]
+    w = dist.all_gather(outs, torch.full((2,), float(rank)), async_op=True)
+    got = w.get_future().wait()
+    assert len(got) == n and all(torch.equal(got[r], torch.full((2,), float(r))) for r in range(n))
+    w = dist.broadcast(torch.zeros(2), 0, async_op=True)
+    w.get_future().wait()
+    w = dist.barrier(async_op=True)
+    w.get_future().wait()
+    # torch.futures.wait_all and collect_all
+    ws = [dist.all_reduce(torch.ones(3), async_op=True) for _ in range(3)]
+    res = torch.futures.wait_all([w.get_future() for w in ws])
+    assert all(torch.all(r[0] == n) for r in res)
+
+
+def w_noncontiguous(rank, n):
+    base = data(rank, (6, 8), torch.float32, seed=15)
+    t = base.t()  # transposed view: not contiguous
+    assert not t.is_contiguous()
+    dist.all_reduce(t)
+    exp = reduce_ref([data(r, (6, 8), torch.float32, seed=15) for r in range(n)], "SUM", torch.float32)
+    assert_equal(base, exp, "all_reduce on a transposed view writes through")
+    s = torch.zeros(10)[::2]  # strided
+    if rank == 0:
+        s.copy_(torch.arange(5.0))
+    dist.broadcast(s, 0)
+    assert s.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    outs = [torch.zeros(4, 2).t() for _ in range(n)]
+    dist.all_gather(outs, torch.full((4, 2), float(rank)).t())
+    for r in range(n):
+        assert torch.all(outs[r] == r)
+    big = torch.zeros(n * 2, 3)
+    out = big[:, 1]  # a column: stride 3
+    dist.all_gather_into_tensor(out, torch.full((2,), float(rank)))
+    assert torch.equal(big[:, 1], torch.arange(n).float().repeat_interleave(2))
+    assert torch.all(big[:, 0] == 0) and torch.all(big[:, 2] == 0)
+    cl = torch.ones(1, 3, 4, 4).contiguous(memory_format=torch.channels_last) * (rank + 1)
+    dist.all_reduce(cl)
+    assert torch.all(cl == n * (n + 1) / 2) and cl.is_contiguous(memory_format=torch.channels_last)
+    # reduce_scatter_tensor into a strided output
+    rs = torch.zeros(4)[::2]
+    dist.reduce_scatter_tensor(rs, torch.ones(2 * n))
+    assert rs.tolist() == [float(n)] * 2
+
+
+def w_empty(rank, n):
+    t = torch.empty(0)
+    dist.all_reduce(t)
+    dist.broadcast(t, 0)
+    out = torch.empty(0)
+    dist.all_gather_into_tensor(out, torch.empty(0))
+    outs = [torch.empty(0) for _ in range(n)]
+    dist.all_gather(outs, torch.empty(0))
+
+
+def w_scalar(rank, n):
+    t = torch.tensor(float(rank))
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    assert t.item() == n - 1
+    objs = [None] * n
+    dist.all_gather_object(objs, {"rank": rank})
+    assert objs == [{"rank": r} for r in range(n)]
+    lst = [rank * 10, "x"] if rank == 0 else [None, None]
+    dist.broadcast_object_list(lst, src=0)
+    assert lst == [0, "x"]
+
+
+def w_errors(rank, n):
+    t = torch.ones(3, dtype=torch.int16)
+    for bad in (
+        lambda: dist.all_reduce(t),  # dtype shoal cannot reduce
+        lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND),  # bitwise on float
+        lambda: dist.all_reduce(torch.ones(3, dtype=torch.bool), op=dist.ReduceOp.AVG),
+        lambda: dist.all_reduce(torch.ones(3), op=dist._make_nccl_premul_sum(2.0)),
+        lambda: dist.reduce_scatter(torch.empty(2), [torch.ones(2 + r) for r in range(n)]),
+    ):
+        try:
+            bad()
+        except (RuntimeError, ValueError) as e:
+            assert "shoal" in str(e) or n == 1, e
+        else:
+            if n > 1:
+                raise AssertionError("should raise")
+    # The group still works.
+    x = torch.ones(2)
+    dist.all_reduce(x)
+    assert x.tolist() == [float(n)] * 2
+
+
+def w_get_backend(rank, n):
+    import shoal.torch
+
+    assert dist.get_backend() == "shoal"
+    assert shoal.torch.is_shoal_group()
+    be = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    tr = be.transports()
+    assert tr[rank] == "self" and all(x in ("shm", "tcp") for i, x in enumerate(tr) if i != rank), tr
+    return tr
+
+
+# ---------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+def test_all_reduce(group, dtype, op):
+    group.run(w_allreduce, dtype, op, (3, 343), False)
+
+
+@pytest.mark.parametrize("op", ["SUM", "MAX"])
+def test_all_reduce_async(group, op):
+    group.run(w_allreduce, torch.float32, op, (1000,), True)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=dtype_id)
+def test_broadcast(group, dtype):
+    for root in range(group.world_size):
+        group.run(w_broadcast, dtype, root)
+
+
+@pytest.mark.parametrize("op", ["SUM", "PRODUCT", "MIN", "MAX", "AVG", "BXOR"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.bfloat16], ids=dtype_id)
+def test_reduce(group, dtype, op):
+    if not supported(dtype, op):
+        pytest.skip("not defined for this dtype")
+    for root in range(group.world_size):
+        group.run(w_reduce, dtype, op, root)
+
+
+@pytest.mark.parametrize("uneven", [False, True], ids=["even", "uneven"])
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=dtype_id)
+def test_all_gather(group, dtype, uneven):
+    group.run(w_all_gather, dtype, uneven)
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["out_of_place", "in_place"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.complex64], ids=dtype_id)
+def test_all_gather_into_tensor(group, dtype, in_place):
+    group.run(w_all_gather_into_tensor, dtype, in_place)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int8, torch.bool, torch.int16], ids=dtype_id)
+def test_gather_scatter(group, dtype):
+    for root in range(group.world_size):
+        group.run(w_gather_scatter, dtype, root)
+
+
+@pytest.mark.parametrize("op", ["SUM", "PRODUCT", "MIN", "MAX", "AVG", "BOR"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.uint8], ids=dtype_id)
+def test_reduce_scatter(group, dtype, op):
+    if not supported(dtype, op):
+        pytest.skip("not defined for this dtype")
+    group.run(w_reduce_scatter, dtype, op)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.complex64], ids=dtype_id)
+def test_all_to_all(group, dtype):
+    group.run(w_all_to_all, dtype)
+
+
+@pytest.mark.parametrize("uneven", [False, True], ids=["even", "uneven"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.int16], ids=dtype_id)
+def test_all_to_all_single(group, dtype, uneven):
+    group.run(w_all_to_all_single, dtype, uneven)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.complex64], ids=dtype_id)
+def test_send_recv(group2, dtype):
+    group2.run(w_send_recv, dtype)
+
+
+def test_recv_source_rank(group2):
+    group2.run(w_recv_source_rank)
+
+
+def test_recv_anysource_raises(group2):
+    group2.run(w_recv_anysource)
+
+
+@pytest.mark.parametrize("count", [1, 7, 4096, 100_003, 1 << 20])
+def test_sizes(group, count):
+    group.run(w_sizes, count)
+
+
+def test_barrier(group):
+    group.run(w_barrier)
+
+
+def test_coalesced(group):
+    group.run(w_coalesced)
+
+
+def test_async_and_futures(group):
+    group.run(w_async_future)
+
+
+def test_noncontiguous(group):
+    group.run(w_noncontiguous)
+
+
+def test_empty_tensors(group):
+    group.run(w_empty)
+
+
+def test_scalars_and_objects(group):
+    group.run(w_scalar)
+
+
+def test_errors_leave_the_group_usable(group):
+    group.run(w_errors)
+
+
+def test_backend_identity(group):
+    group.run(w_get_backend)
