@@ -52,6 +52,7 @@ struct Communicator::Impl {
   std::unique_ptr<ShmGroupImpl> shm;
   Scratch scratch;
   Algo default_algo = Algo::automatic;
+  size_t inline_bytes = 256 << 10;  // SHOAL_INLINE_BYTES: collectives up to this run on the caller's thread when idle
   uint64_t coll_seq = 0;  // collectives submitted: part of every signature
 
   struct Op {
@@ -69,6 +70,8 @@ struct Communicator::Impl {
   std::deque<Op> queue;
   std::atomic<int> queued{0};
   bool stop = false;
+  bool running = false;       // an op is executing (on the progress thread or inline)
+  std::atomic<int> npending{0};  // size of `pending`, readable without the progress thread
   bool links_closed = false;  // progress thread only, after an abort
   std::list<P2P> pending;  // progress thread only
   std::thread thread;
@@ -77,7 +80,11 @@ struct Communicator::Impl {
   void run_one(Op& op);
   void sweep_p2p();
   void fail_all(std::exception_ptr e);
-  WorkPtr submit(std::string name, std::function<void(const WorkPtr&)> run);
+  // Queues the op; or, for a small collective submitted while nothing else is queued, running
+  // or in flight, runs it at once on the caller's thread (`inline_ok`): handing a 4 KiB op to
+  // the progress thread and back costs two thread wake-ups, more than the op itself when ranks
+  // outnumber cores.
+  WorkPtr submit(std::string name, std::function<void(const WorkPtr&)> run, bool inline_ok = false);
   void check_open() const {
     if (engine->aborted()) throw PeerError("group '" + opts.group_name + "' is aborted: " + engine->abort_reason());
   }
@@ -110,7 +117,8 @@ struct Communicator::Impl {
   }
   // Runs `body` for a collective on the progress thread with its own Ctx.
   WorkPtr collective(OpKind kind, DType dt, ReduceOp op, size_t count, int root, Algo algo, uint64_t extra,
-                     std::function<void(Ctx&)> body) {
+                     std::function<void(Ctx&)> body, size_t bytes) {
+    const bool small = bytes <= inline_bytes;
     check_open();
     uint64_t sig = signature(kind, dt, op, count, root, algo, extra);
     const char* what = op_kind_name(kind);
@@ -118,7 +126,7 @@ struct Communicator::Impl {
       ReduceOp kernel_op = op == ReduceOp::avg ? ReduceOp::sum : op;
       Ctx ctx(*engine, shm.get(), scratch, rank, size, dt, kernel_op, what, sig);
       body(ctx);
-    });
+    }, small);
   }
 };
 
@@ -134,6 +142,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
   m.size = size;
   m.store = store;
   m.default_algo = env_algo();
+  if (const char* s = std::getenv("SHOAL_INLINE_BYTES"); s && *s) m.inline_bytes = std::strtoull(s, nullptr, 10);
   // Each construction of a group with this name is a new instance with fresh keys.
   int64_t n = store->add("shoal/" + opts.group_name + "/instances", 1);
   auto prefixed = std::make_shared<PrefixStore>("shoal/" + opts.group_name + "/" + std::to_string((n - 1) / size), store);
@@ -184,11 +193,22 @@ std::string Communicator::transport_to(int peer) const {
   return impl_->topo.transport[peer];
 }
 
-WorkPtr Communicator::Impl::submit(std::string name, std::function<void(const WorkPtr&)> run) {
+WorkPtr Communicator::Impl::submit(std::string name, std::function<void(const WorkPtr&)> run, bool inline_ok) {
   auto work = std::make_shared<Work>(name);
   {
-    std::lock_guard<std::mutex> lk(mu);
+    std::unique_lock<std::mutex> lk(mu);
     if (stop) throw Error("communicator is being destroyed");
+    if (inline_ok && queue.empty() && !running && npending.load() == 0) {
+      running = true;
+      lk.unlock();
+      Op op{std::move(name), std::move(run), work};
+      run_one(op);
+      lk.lock();
+      running = false;
+      lk.unlock();
+      cv.notify_all();  // ops queued meanwhile by other threads
+      return work;
+    }
     queue.push_back(Op{std::move(name), std::move(run), work});
     queued.fetch_add(1);
   }
@@ -200,6 +220,7 @@ WorkPtr Communicator::Impl::submit(std::string name, std::function<void(const Wo
 void Communicator::Impl::fail_all(std::exception_ptr e) {
   for (auto& p : pending) p.work->finish(e);
   pending.clear();
+  npending.store(0);
   std::deque<Op> q;
   {
     std::lock_guard<std::mutex> lk(mu);
@@ -214,6 +235,7 @@ void Communicator::Impl::sweep_p2p() {
     if (it->req.complete) {
       it->work->finish(nullptr);
       it = pending.erase(it);
+      npending.fetch_sub(1);
     } else {
       ++it;
     }
@@ -242,7 +264,9 @@ void Communicator::Impl::loop() {
     Op op;
     {
       std::unique_lock<std::mutex> lk(mu);
-      if (pending.empty()) cv.wait(lk, [&] { return stop || !queue.empty() || (engine->aborted() && !links_closed); });
+      // An inline op (running on a caller's thread) owns the engine until it ends.
+      auto ready = [&] { return (!queue.empty() && !running) || (engine->aborted() && !links_closed && !running); };
+      if (pending.empty()) cv.wait(lk, [&] { return (stop && !running) || ready(); });
       if (queue.empty() && stop) break;
       if (engine->aborted() && !links_closed) {  // abort() from another thread while idle
         links_closed = true;
@@ -254,11 +278,14 @@ void Communicator::Impl::loop() {
         op = std::move(queue.front());
         queue.pop_front();
         queued.fetch_sub(1);
+        running = true;
       }
     }
     if (op.work) {
       run_one(op);
       sweep_p2p();
+      std::lock_guard<std::mutex> lk(mu);
+      running = false;
       continue;
     }
     // Only point-to-point ops in flight: progress them until one completes or a new op comes.
@@ -300,6 +327,7 @@ WorkPtr Communicator::send(const void* buf, size_t count, DType dt, int peer, ui
   return m.submit("send", [&m, buf, bytes, peer, sig](const WorkPtr& w) {
     m.pending.push_back(Impl::P2P{Request{Request::Dir::send, peer, static_cast<uint8_t*>(const_cast<void*>(buf)), bytes, sig, "send"},
                                   w, Clock::now() + m.opts.timeout});
+    m.npending.fetch_add(1);
     m.engine->post(&m.pending.back().req);
   });
 }
@@ -315,6 +343,7 @@ WorkPtr Communicator::recv(void* buf, size_t count, DType dt, int peer, uint64_t
   return m.submit("recv", [&m, buf, bytes, peer, sig](const WorkPtr& w) {
     m.pending.push_back(Impl::P2P{Request{Request::Dir::recv, peer, static_cast<uint8_t*>(buf), bytes, sig, "recv"},
                                   w, Clock::now() + m.opts.timeout});
+    m.npending.fetch_add(1);
     m.engine->post(&m.pending.back().req);
   });
 }
@@ -342,7 +371,7 @@ WorkPtr Communicator::allreduce(const void* in, void* out, size_t count, DType d
   return m.collective(OpKind::allreduce, dt, op, count, -1, a, 0, [=](Ctx& c) {
     shoal::allreduce(c, a, in, out, count);
     if (op == ReduceOp::avg) scale_avg(out, count, dt, n);
-  });
+  }, bytes);
 }
 
 WorkPtr Communicator::broadcast(void* buf, size_t count, DType dt, int root, CallOptions o) {
@@ -352,7 +381,7 @@ WorkPtr Communicator::broadcast(void* buf, size_t count, DType dt, int root, Cal
   Impl::check_buf(buf, count, "broadcast", "buffer");
   Algo a = m.pick(OpKind::broadcast, o.algo, bytes);
   return m.collective(OpKind::broadcast, dt, ReduceOp::sum, count, root, a, 0,
-                      [=](Ctx& c) { shoal::broadcast(c, a, buf, count, root); });
+                      [=](Ctx& c) { shoal::broadcast(c, a, buf, count, root); }, bytes);
 }
 
 WorkPtr Communicator::reduce(const void* in, void* out, size_t count, DType dt, ReduceOp op, int root, CallOptions o) {
@@ -367,7 +396,7 @@ WorkPtr Communicator::reduce(const void* in, void* out, size_t count, DType dt, 
   return m.collective(OpKind::reduce, dt, op, count, root, a, 0, [=](Ctx& c) {
     shoal::reduce(c, a, in, out, count, root);
     if (op == ReduceOp::avg && me == root) scale_avg(out, count, dt, n);
-  });
+  }, bytes);
 }
 
 WorkPtr Communicator::allgather(const void* in, void* out, size_t count, DType dt, CallOptions o) {
@@ -390,7 +419,7 @@ WorkPtr Communicator::allgatherv(const void* in, void* out, const std::vector<si
   Impl::check_buf(out, total, "allgather", "output");
   Algo a = m.pick(OpKind::allgatherv, o.algo, bytes);
   return m.collective(OpKind::allgatherv, dt, ReduceOp::sum, total, -1, a, h,
-                      [=](Ctx& c) { shoal::allgatherv(c, a, in, out, counts); });
+                      [=](Ctx& c) { shoal::allgatherv(c, a, in, out, counts); }, bytes);
 }
 
 WorkPtr Communicator::reduce_scatter(const void* in, void* out, size_t count, DType dt, ReduceOp op, CallOptions o) {
@@ -404,7 +433,7 @@ WorkPtr Communicator::reduce_scatter(const void* in, void* out, size_t count, DT
   return m.collective(OpKind::reduce_scatter, dt, op, count, -1, a, 0, [=](Ctx& c) {
     shoal::reduce_scatter(c, a, in, out, count);
     if (op == ReduceOp::avg) scale_avg(out, count, dt, n);
-  });
+  }, bytes);
 }
 
 WorkPtr Communicator::gather(const void* in, void* out, size_t count, DType dt, int root, CallOptions o) {
@@ -415,7 +444,7 @@ WorkPtr Communicator::gather(const void* in, void* out, size_t count, DType dt, 
   if (m.rank == root) Impl::check_buf(out, count, "gather", "output at the root");
   Algo a = m.pick(OpKind::gather, o.algo, bytes);
   return m.collective(OpKind::gather, dt, ReduceOp::sum, count, root, a, 0,
-                      [=](Ctx& c) { shoal::gather(c, a, in, out, count, root); });
+                      [=](Ctx& c) { shoal::gather(c, a, in, out, count, root); }, bytes);
 }
 
 WorkPtr Communicator::scatter(const void* in, void* out, size_t count, DType dt, int root, CallOptions o) {
@@ -426,7 +455,7 @@ WorkPtr Communicator::scatter(const void* in, void* out, size_t count, DType dt,
   Impl::check_buf(out, count, "scatter", "output");
   Algo a = m.pick(OpKind::scatter, o.algo, bytes);
   return m.collective(OpKind::scatter, dt, ReduceOp::sum, count, root, a, 0,
-                      [=](Ctx& c) { shoal::scatter(c, a, in, out, count, root); });
+                      [=](Ctx& c) { shoal::scatter(c, a, in, out, count, root); }, bytes);
 }
 
 WorkPtr Communicator::alltoall(const void* in, void* out, size_t count, DType dt, CallOptions o) {
@@ -452,13 +481,13 @@ WorkPtr Communicator::alltoallv(const void* in, const std::vector<size_t>& send_
   // Counts differ per rank by design, so only the dtype goes into the signature; each message's
   // size is checked by the framing against what the receiver expects.
   return m.collective(OpKind::alltoallv, dt, ReduceOp::sum, 0, -1, a, 0,
-                      [=](Ctx& c) { shoal::alltoallv(c, a, in, send_counts, out, recv_counts); });
+                      [=](Ctx& c) { shoal::alltoallv(c, a, in, send_counts, out, recv_counts); }, bytes);
 }
 
 WorkPtr Communicator::barrier() {
   auto& m = *impl_;
   Algo a = m.pick(OpKind::barrier, Algo::automatic, 0);
-  return m.collective(OpKind::barrier, DType::u8, ReduceOp::sum, 0, -1, a, 0, [=](Ctx& c) { shoal::barrier(c, a); });
+  return m.collective(OpKind::barrier, DType::u8, ReduceOp::sum, 0, -1, a, 0, [=](Ctx& c) { shoal::barrier(c, a); }, 0);
 }
 
 void Communicator::abort(const std::string& why) {

@@ -1,6 +1,7 @@
 #include "core/engine.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
@@ -28,6 +29,14 @@ std::chrono::microseconds spin_time(int size) {
   return std::chrono::microseconds(static_cast<unsigned>(size) <= cores ? 50 : 5);
 }
 
+// After polling, a waiter whose group has more ranks than cores yields its core for a while
+// before it sleeps (SHOAL_YIELD_US overrides).
+std::chrono::microseconds yield_time(int size) {
+  if (const char* s = std::getenv("SHOAL_YIELD_US"); s && *s) return std::chrono::microseconds(std::atoi(s));
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::chrono::microseconds(static_cast<unsigned>(size) <= cores ? 0 : 1000);
+}
+
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s;
   for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
@@ -36,7 +45,12 @@ std::string rank_list(const std::vector<int>& ranks) {
 }  // namespace
 
 Engine::Engine(int rank_, int size_, std::string group_)
-    : rank(rank_), size(size_), group(std::move(group_)), pidfds_(size_, -1), spin_(spin_time(size_)) {
+    : rank(rank_),
+      size(size_),
+      group(std::move(group_)),
+      pidfds_(size_, -1),
+      spin_(spin_time(size_)),
+      yield_(yield_time(size_)) {
   epfd_ = epoll_create1(EPOLL_CLOEXEC);
   wakefd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (epfd_ < 0 || wakefd_ < 0) throw Error(std::string("epoll/eventfd: ") + std::strerror(errno));
@@ -196,6 +210,12 @@ void Engine::wait_loop(const std::vector<int>& waiting_for, bool (*done)(void*),
     auto now = Clock::now();
     if (now - spin_start < spin_) {
       cpu_relax();
+      continue;
+    }
+    if (now - spin_start < spin_ + yield_) {
+      // Ranks outnumber cores: the rank we wait for may be queued behind us on this core.
+      // Yielding lets it run without the cost of a futex sleep and wake-up.
+      sched_yield();
       continue;
     }
     if (now >= deadline_) fail_timeout(waiting_for);

@@ -90,6 +90,7 @@ class Engine {
   const char* what_ = "op";
   Clock::time_point deadline_;
   std::chrono::microseconds spin_;
+  std::chrono::microseconds yield_;
   Clock::time_point last_check_;
   std::atomic<bool> aborted_{false};
   mutable std::mutex reason_mu_;
