@@ -38,6 +38,10 @@ struct ChildResult {
   double fail_seconds = -1, total_seconds = -1, fail_at = 0;
 };
 
+// The harness's own part of the shared mapping (its last 4 KiB): the children's pids.
+constexpr size_t kPidTableOffset = kSharedAreaBytes - 4096;
+int* pid_table() { return reinterpret_cast<int*>(static_cast<uint8_t*>(g_shared) + kPidTableOffset); }
+
 void put_field(std::string& out, const char* key, const std::string& v) {
   out += key;
   out += ' ';
@@ -134,6 +138,7 @@ std::shared_ptr<shoal::Store> make_store(int rank, const RunConfig& cfg) {
 [[noreturn]] void child_main(int rank, int n, pid_t parent, const RunConfig& cfg, const RankFn& fn) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(99);
+  pid_table()[rank] = ::getpid();
   g_rank = rank;
   g_size = n;
   g_notes.clear();
@@ -262,6 +267,7 @@ RunResult run_ranks_outcomes(int n, const RunConfig& cfg, const RankFn& fn) {
     }
     pids[r] = p;
   }
+  result.pids.assign(pids.begin(), pids.end());
 
   auto deadline = t0 + cfg.limit;
   int left = n;
@@ -375,6 +381,20 @@ void note(const std::string& s) {
 }
 
 void* shared_area() { return g_shared; }
+
+std::vector<int> group_pids() {
+  std::vector<int> v;
+  for (int r = 0; r < g_size; ++r) v.push_back(pid_table()[r]);
+  return v;
+}
+
+bool segment_may_belong_to(const std::string& name, const std::vector<int>& pids) {
+  static const std::regex re("^shoal[-_.]([0-9]+)[-_.].*");
+  std::smatch m;
+  if (!std::regex_match(name, m, re)) return true;
+  int pid = std::atoi(m[1].str().c_str());
+  return std::find(pids.begin(), pids.end(), pid) != pids.end();
+}
 std::string run_dir() { return g_run_dir; }
 
 CheckThrower::CheckThrower(const char* file, int line, const char* expr) {

@@ -82,6 +82,7 @@ struct RunResult {
   std::map<std::string, unsigned> shm_seen;  // /dev/shm/shoal* name -> st_mode & 07777
   double seconds = 0;                        // wall time of the whole run
   std::vector<uint8_t> shared_copy;          // the first 64 KiB of shared_area() at the end
+  std::vector<int> pids;                     // the children's process ids, by rank
   std::string describe() const;              // every rank, one line each
 };
 
@@ -107,12 +108,17 @@ void note(const std::string& s); // appended to RankOutcome::notes (one line eac
 // before the fork): for flags and timestamps between ranks.
 void* shared_area();
 constexpr size_t kSharedAreaBytes = 1 << 20;
+std::vector<int> group_pids();   // every rank's pid (complete once the Communicator is up)
 std::string run_dir();           // the run's temporary directory
 
 // ---- /dev/shm ---------------------------------------------------------------------------------
 
 // Names of entries in /dev/shm starting with "shoal".
 std::vector<std::string> list_dev_shm_shoal();
+// Whether a /dev/shm entry may belong to one of `pids`: segment names of the form
+// shoal-<creator pid>-... are attributed by that pid (so that tests running at the same time do
+// not see each other's segments); any other name may belong to anybody, so it counts.
+bool segment_may_belong_to(const std::string& name, const std::vector<int>& pids);
 
 // ---- Typed buffers ----------------------------------------------------------------------------
 // Test-side encodings, written independently of the library.

@@ -119,15 +119,16 @@ void expect_later_ops_failed(const RankOutcome& o) {
   EXPECT_EQ(note_value(o.notes, "aborted"), "1") << "rank " << o.rank << ": aborted() is false after a PeerError";
 }
 
-// /dev/shm/shoal* entries that are not in `before` once the run is over, waiting up to 2 s for
-// ones that may belong to another test running at the same time. Removes what it reports, so
-// that a leak does not spill into other tests.
-std::vector<std::string> leftover_segments(const std::set<std::string>& before) {
+// /dev/shm/shoal* entries of the run's processes (see segment_may_belong_to) that were not there
+// before it, once it is over (waiting up to 2 s for unattributable ones that may belong to another
+// test running at the same time). Removes what it reports, so that a leak does not spill into
+// other tests.
+std::vector<std::string> leftover_segments(const std::set<std::string>& before, const RunResult& res) {
   std::vector<std::string> left;
   for (int tries = 0; tries < 200; ++tries) {
     left.clear();
     for (auto& s : list_dev_shm_shoal())
-      if (!before.count(s)) left.push_back(s);
+      if (!before.count(s) && segment_may_belong_to(s, res.pids)) left.push_back(s);
     if (left.empty()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -225,7 +226,7 @@ TEST_P(KillDuringAllreduce, SurvivorsFailFast) {
   });
   expect_survivors_failed(res, victim);
   expect_private_modes(res);
-  auto left = leftover_segments(before);
+  auto left = leftover_segments(before, res);
   EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
 }
 
@@ -264,7 +265,7 @@ TEST_P(KillDuringBarrier, SurvivorsFailFast) {
   });
   expect_survivors_failed(res, victim);
   expect_private_modes(res);
-  auto left = leftover_segments(before);
+  auto left = leftover_segments(before, res);
   EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
 }
 
@@ -307,7 +308,7 @@ TEST_P(PeerNeverCalls, TimesOut) {
   EXPECT_FALSE(r1.hung) << res.describe();
   EXPECT_TRUE(r1.error_kind == "PeerError" || r1.error_kind == "Timeout") << res.describe();
   EXPECT_LT(r1.fail_seconds, 3.0) << res.describe();
-  auto left = leftover_segments(before);
+  auto left = leftover_segments(before, res);
   EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
 }
 
@@ -363,14 +364,15 @@ TEST_P(AbortFromThread, UnblocksPendingOp) {
       c.allreduce(a.data(), b.data(), 1 << 16, DType::f32, ReduceOp::sum)->wait();
       SH_CHECK(false) << "allreduce succeeded with an aborted peer";
     }
-    auto w = c.allreduce(a.data(), b.data(), 1 << 16, DType::f32, ReduceOp::sum);
+    // The thread starts first, so that abort() comes while the op is pending however the op
+    // runs (queued to the progress thread, or on this thread inside the call).
     std::jthread aborter([&c] {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       store_time(&shared()->abort_time, now_seconds());
       c.abort("aborted by the test thread");
     });
     try {
-      w->wait();
+      c.allreduce(a.data(), b.data(), 1 << 16, DType::f32, ReduceOp::sum)->wait();
     } catch (const Error& e) {
       aborter.join();
       const double dt = now_seconds() - load_time(&shared()->abort_time);
@@ -393,7 +395,7 @@ TEST_P(AbortFromThread, UnblocksPendingOp) {
   EXPECT_EQ(r1.error_kind, "PeerError") << res.describe();
   EXPECT_LT(r1.fail_seconds, kAfterBound) << res.describe();
   EXPECT_TRUE(names_rank(r1.message, 0)) << "the peer's error does not name rank 0: " << r1.message;
-  auto left = leftover_segments(before);
+  auto left = leftover_segments(before, res);
   EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
 }
 
@@ -441,7 +443,7 @@ TEST(DevShm, SegmentsPrivateAndUnlinked) {
     for (int tries = 0; tries < 100; ++tries) {
       visible.clear();
       for (auto& s : list_dev_shm_shoal())
-        if (!before.count(s)) visible.push_back(s);
+        if (!before.count(s) && segment_may_belong_to(s, group_pids())) visible.push_back(s);
       if (visible.empty()) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
@@ -455,7 +457,7 @@ TEST(DevShm, SegmentsPrivateAndUnlinked) {
   for (const auto& [name, mode] : res.shm_seen) seen += " " + name;
   std::cout << "[ info ] segments seen in /dev/shm during construction:" << (seen.empty() ? " none" : seen) << "\n";
   expect_private_modes(res);
-  auto left = leftover_segments(before);
+  auto left = leftover_segments(before, res);
   EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
 }
 
@@ -477,7 +479,7 @@ TEST(DevShm, RankDiesBeforeConstruction) {
     EXPECT_LT(o.fail_at - shared_of(res).kill_time, 3.0 + 3.0) << res.describe();
   }
   expect_private_modes(res);
-  auto left = leftover_segments(before);
+  auto left = leftover_segments(before, res);
   EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
 }
 
@@ -506,7 +508,7 @@ TEST(DevShm, RankDiesDuringConstruction) {
     EXPECT_FALSE(o.ok()) << res.describe();
   }
   expect_private_modes(res);
-  auto left = leftover_segments(before);
+  auto left = leftover_segments(before, res);
   EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
 }
 
@@ -522,7 +524,7 @@ TEST(DevShm, WholeGroupKilled) {
     ::raise(SIGKILL);
   });
   for (const auto& o : res.ranks) EXPECT_EQ(o.signal, SIGKILL) << res.describe();
-  auto left = leftover_segments(before);
+  auto left = leftover_segments(before, res);
   EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
 }
 
