@@ -24,6 +24,9 @@ class Work {
 
   // For the core: mark the op finished (err null on success).
   void finish(std::exception_ptr err);
+  // For the core: called once by the first wait() on a pending op, so that a caller who waits
+  // right away can run the op on its own thread instead of handing it to the progress thread.
+  void set_helper(std::function<void()> help);
 
  private:
   std::string name_;
@@ -32,6 +35,7 @@ class Work {
   bool done_ = false;
   std::exception_ptr error_;
   std::function<void()> callback_;
+  std::function<void()> helper_;
 };
 
 }  // namespace shoal

@@ -14,6 +14,7 @@
 // m+2 with barriers between; a final barrier follows the last copy-out. Unequal counts are fine:
 // N follows the largest block, smaller blocks just have nothing to move in later phases.
 #include "algo/direct_common.h"
+#include "reduce/copy.h"
 
 namespace shoal::algo {
 namespace {
@@ -27,6 +28,7 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
   const size_t cb = chunk_target(g, p) / c.esize * c.esize;
   const size_t nchunks = std::max<size_t>(1, (b.max_len() + cb - 1) / cb);
   const bool writes_out = root < 0 || r == root;
+  auto copy_out = b.total() >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
   auto piece = [&](int j, size_t m) { return std::min(cb, b.len[j] - std::min(b.len[j], m * cb)); };
   if (writes_out) copy_bytes(u8(out) + b.off[r], in, b.len[r]);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
@@ -34,7 +36,7 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
     if (ph >= 1 && writes_out) {
       const size_t m = ph - 1;
       for (int j = 0; j < p; ++j)
-        if (j != r) copy_bytes(u8(out) + b.off[j] + m * cb, slot(g, j, static_cast<int>(m % 2)), piece(j, m));
+        if (j != r) copy_out(u8(out) + b.off[j] + m * cb, slot(g, j, static_cast<int>(m % 2)), piece(j, m));
     }
     if (ph == nchunks) break;
     g.barrier();

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "algo/direct_common.h"
+#include "reduce/copy.h"
 #include "reduce/reduce.h"
 #include "shoal/error.h"
 
@@ -76,6 +77,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   };
   const uint8_t* src = u8(in);
   uint8_t* dst = u8(out);
+  auto copy_out = n >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
 
   for (size_t ph = 0; ph <= nchunks + 1; ++ph) {
     if (ph < nchunks) {  // copy-in chunk ph, all but this rank's own slice
@@ -99,7 +101,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
       for (int j = 0; j < p; ++j) {
         const size_t len = slice_len(m, j);
         if (len)
-          std::memcpy(dst + (m * ce + static_cast<size_t>(j) * se) * es, slot(g, j, static_cast<int>(m % 2)) + ce * es,
+          copy_out(dst + (m * ce + static_cast<size_t>(j) * se) * es, slot(g, j, static_cast<int>(m % 2)) + ce * es,
                       len * es);
       }
     }

@@ -14,6 +14,7 @@
 // rewritten in phase m+2, a barrier in between each time. A final barrier follows the last
 // copy-out, so the next op may reuse the root's scratch at once.
 #include "algo/direct_common.h"
+#include "reduce/copy.h"
 
 namespace shoal::algo {
 
@@ -29,11 +30,12 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
   const size_t cb = chunk_target(g, p) / c.esize * c.esize;
   const size_t nchunks = std::max<size_t>(1, (n + cb - 1) / cb);
   auto clen = [&](size_t m) { return std::min(cb, n - std::min(n, m * cb)); };
+  auto copy_out = n >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (r == root && ph < nchunks) copy_bytes(slot(g, root, static_cast<int>(ph % 2)), u8(buf) + ph * cb, clen(ph));
     if (r != root && ph >= 1) {
       const size_t m = ph - 1;
-      copy_bytes(u8(buf) + m * cb, slot(g, root, static_cast<int>(m % 2)), clen(m));
+      copy_out(u8(buf) + m * cb, slot(g, root, static_cast<int>(m % 2)), clen(m));
     }
     if (ph == nchunks) break;
     g.barrier();

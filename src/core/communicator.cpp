@@ -52,7 +52,6 @@ struct Communicator::Impl {
   std::unique_ptr<ShmGroupImpl> shm;
   Scratch scratch;
   Algo default_algo = Algo::automatic;
-  size_t inline_bytes = 256 << 10;  // SHOAL_INLINE_BYTES: collectives up to this run on the caller's thread when idle
   uint64_t coll_seq = 0;  // collectives submitted: part of every signature
 
   struct Op {
@@ -80,11 +79,13 @@ struct Communicator::Impl {
   void run_one(Op& op);
   void sweep_p2p();
   void fail_all(std::exception_ptr e);
-  // Queues the op; or, for a small collective submitted while nothing else is queued, running
-  // or in flight, runs it at once on the caller's thread (`inline_ok`): handing a 4 KiB op to
-  // the progress thread and back costs two thread wake-ups, more than the op itself when ranks
-  // outnumber cores.
-  WorkPtr submit(std::string name, std::function<void(const WorkPtr&)> run, bool inline_ok = false);
+  // Queues the op. A collective's Work gets a helper: a caller that waits on it while it is
+  // still first in the queue, with nothing running or in flight, runs it on its own thread.
+  // Handing a small op to the progress thread and back costs two thread wake-ups, more than
+  // the op itself when ranks outnumber cores; an async caller that does not wait at once still
+  // gets the op run in the background.
+  WorkPtr submit(std::string name, std::function<void(const WorkPtr&)> run, bool collective = false);
+  void run_claimed(const Work* w);
   void check_open() const {
     if (engine->aborted()) throw PeerError("group '" + opts.group_name + "' is aborted: " + engine->abort_reason());
   }
@@ -117,8 +118,7 @@ struct Communicator::Impl {
   }
   // Runs `body` for a collective on the progress thread with its own Ctx.
   WorkPtr collective(OpKind kind, DType dt, ReduceOp op, size_t count, int root, Algo algo, uint64_t extra,
-                     std::function<void(Ctx&)> body, size_t bytes) {
-    const bool small = bytes <= inline_bytes;
+                     std::function<void(Ctx&)> body) {
     check_open();
     uint64_t sig = signature(kind, dt, op, count, root, algo, extra);
     const char* what = op_kind_name(kind);
@@ -126,7 +126,7 @@ struct Communicator::Impl {
       ReduceOp kernel_op = op == ReduceOp::avg ? ReduceOp::sum : op;
       Ctx ctx(*engine, shm.get(), scratch, rank, size, dt, kernel_op, what, sig);
       body(ctx);
-    }, small);
+    }, true);
   }
 };
 
@@ -142,7 +142,6 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
   m.size = size;
   m.store = store;
   m.default_algo = env_algo();
-  if (const char* s = std::getenv("SHOAL_INLINE_BYTES"); s && *s) m.inline_bytes = std::strtoull(s, nullptr, 10);
   // Each construction of a group with this name is a new instance with fresh keys.
   int64_t n = store->add("shoal/" + opts.group_name + "/instances", 1);
   auto prefixed = std::make_shared<PrefixStore>("shoal/" + opts.group_name + "/" + std::to_string((n - 1) / size), store);
@@ -193,28 +192,36 @@ std::string Communicator::transport_to(int peer) const {
   return impl_->topo.transport[peer];
 }
 
-WorkPtr Communicator::Impl::submit(std::string name, std::function<void(const WorkPtr&)> run, bool inline_ok) {
+WorkPtr Communicator::Impl::submit(std::string name, std::function<void(const WorkPtr&)> run, bool collective) {
   auto work = std::make_shared<Work>(name);
+  if (collective) work->set_helper([this, w = work.get()] { run_claimed(w); });
   {
     std::unique_lock<std::mutex> lk(mu);
     if (stop) throw Error("communicator is being destroyed");
-    if (inline_ok && queue.empty() && !running && npending.load() == 0) {
-      running = true;
-      lk.unlock();
-      Op op{std::move(name), std::move(run), work};
-      run_one(op);
-      lk.lock();
-      running = false;
-      lk.unlock();
-      cv.notify_all();  // ops queued meanwhile by other threads
-      return work;
-    }
     queue.push_back(Op{std::move(name), std::move(run), work});
     queued.fetch_add(1);
   }
   cv.notify_one();
   engine->wake();
   return work;
+}
+
+void Communicator::Impl::run_claimed(const Work* w) {
+  Op op;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (running || stop || npending.load() != 0 || queue.empty() || queue.front().work.get() != w) return;
+    op = std::move(queue.front());
+    queue.pop_front();
+    queued.fetch_sub(1);
+    running = true;
+  }
+  run_one(op);
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    running = false;
+  }
+  cv.notify_all();  // ops queued meanwhile wait for the progress thread
 }
 
 void Communicator::Impl::fail_all(std::exception_ptr e) {
@@ -371,7 +378,7 @@ WorkPtr Communicator::allreduce(const void* in, void* out, size_t count, DType d
   return m.collective(OpKind::allreduce, dt, op, count, -1, a, 0, [=](Ctx& c) {
     shoal::allreduce(c, a, in, out, count);
     if (op == ReduceOp::avg) scale_avg(out, count, dt, n);
-  }, bytes);
+  });
 }
 
 WorkPtr Communicator::broadcast(void* buf, size_t count, DType dt, int root, CallOptions o) {
@@ -381,7 +388,7 @@ WorkPtr Communicator::broadcast(void* buf, size_t count, DType dt, int root, Cal
   Impl::check_buf(buf, count, "broadcast", "buffer");
   Algo a = m.pick(OpKind::broadcast, o.algo, bytes);
   return m.collective(OpKind::broadcast, dt, ReduceOp::sum, count, root, a, 0,
-                      [=](Ctx& c) { shoal::broadcast(c, a, buf, count, root); }, bytes);
+                      [=](Ctx& c) { shoal::broadcast(c, a, buf, count, root); });
 }
 
 WorkPtr Communicator::reduce(const void* in, void* out, size_t count, DType dt, ReduceOp op, int root, CallOptions o) {
@@ -396,7 +403,7 @@ WorkPtr Communicator::reduce(const void* in, void* out, size_t count, DType dt, 
   return m.collective(OpKind::reduce, dt, op, count, root, a, 0, [=](Ctx& c) {
     shoal::reduce(c, a, in, out, count, root);
     if (op == ReduceOp::avg && me == root) scale_avg(out, count, dt, n);
-  }, bytes);
+  });
 }
 
 WorkPtr Communicator::allgather(const void* in, void* out, size_t count, DType dt, CallOptions o) {
@@ -419,7 +426,7 @@ WorkPtr Communicator::allgatherv(const void* in, void* out, const std::vector<si
   Impl::check_buf(out, total, "allgather", "output");
   Algo a = m.pick(OpKind::allgatherv, o.algo, bytes);
   return m.collective(OpKind::allgatherv, dt, ReduceOp::sum, total, -1, a, h,
-                      [=](Ctx& c) { shoal::allgatherv(c, a, in, out, counts); }, bytes);
+                      [=](Ctx& c) { shoal::allgatherv(c, a, in, out, counts); });
 }
 
 WorkPtr Communicator::reduce_scatter(const void* in, void* out, size_t count, DType dt, ReduceOp op, CallOptions o) {
@@ -433,7 +440,7 @@ WorkPtr Communicator::reduce_scatter(const void* in, void* out, size_t count, DT
   return m.collective(OpKind::reduce_scatter, dt, op, count, -1, a, 0, [=](Ctx& c) {
     shoal::reduce_scatter(c, a, in, out, count);
     if (op == ReduceOp::avg) scale_avg(out, count, dt, n);
-  }, bytes);
+  });
 }
 
 WorkPtr Communicator::gather(const void* in, void* out, size_t count, DType dt, int root, CallOptions o) {
@@ -444,7 +451,7 @@ WorkPtr Communicator::gather(const void* in, void* out, size_t count, DType dt, 
   if (m.rank == root) Impl::check_buf(out, count, "gather", "output at the root");
   Algo a = m.pick(OpKind::gather, o.algo, bytes);
   return m.collective(OpKind::gather, dt, ReduceOp::sum, count, root, a, 0,
-                      [=](Ctx& c) { shoal::gather(c, a, in, out, count, root); }, bytes);
+                      [=](Ctx& c) { shoal::gather(c, a, in, out, count, root); });
 }
 
 WorkPtr Communicator::scatter(const void* in, void* out, size_t count, DType dt, int root, CallOptions o) {
@@ -455,7 +462,7 @@ WorkPtr Communicator::scatter(const void* in, void* out, size_t count, DType dt,
   Impl::check_buf(out, count, "scatter", "output");
   Algo a = m.pick(OpKind::scatter, o.algo, bytes);
   return m.collective(OpKind::scatter, dt, ReduceOp::sum, count, root, a, 0,
-                      [=](Ctx& c) { shoal::scatter(c, a, in, out, count, root); }, bytes);
+                      [=](Ctx& c) { shoal::scatter(c, a, in, out, count, root); });
 }
 
 WorkPtr Communicator::alltoall(const void* in, void* out, size_t count, DType dt, CallOptions o) {
@@ -481,13 +488,13 @@ WorkPtr Communicator::alltoallv(const void* in, const std::vector<size_t>& send_
   // Counts differ per rank by design, so only the dtype goes into the signature; each message's
   // size is checked by the framing against what the receiver expects.
   return m.collective(OpKind::alltoallv, dt, ReduceOp::sum, 0, -1, a, 0,
-                      [=](Ctx& c) { shoal::alltoallv(c, a, in, send_counts, out, recv_counts); }, bytes);
+                      [=](Ctx& c) { shoal::alltoallv(c, a, in, send_counts, out, recv_counts); });
 }
 
 WorkPtr Communicator::barrier() {
   auto& m = *impl_;
   Algo a = m.pick(OpKind::barrier, Algo::automatic, 0);
-  return m.collective(OpKind::barrier, DType::u8, ReduceOp::sum, 0, -1, a, 0, [=](Ctx& c) { shoal::barrier(c, a); }, 0);
+  return m.collective(OpKind::barrier, DType::u8, ReduceOp::sum, 0, -1, a, 0, [=](Ctx& c) { shoal::barrier(c, a); });
 }
 
 void Communicator::abort(const std::string& why) {

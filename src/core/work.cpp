@@ -4,6 +4,13 @@ namespace shoal {
 
 bool Work::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lk(mu_);
+  if (!done_ && helper_ && timeout == std::chrono::milliseconds::max()) {  // an unbounded wait may run the op itself
+    auto help = std::move(helper_);
+    helper_ = nullptr;
+    lk.unlock();
+    help();
+    lk.lock();
+  }
   if (timeout == std::chrono::milliseconds::max()) {
     cv_.wait(lk, [&] { return done_; });
   } else if (!cv_.wait_for(lk, timeout, [&] { return done_; })) {
@@ -34,6 +41,11 @@ void Work::on_complete(std::function<void()> fn) {
   fn();
 }
 
+void Work::set_helper(std::function<void()> help) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!done_) helper_ = std::move(help);
+}
+
 void Work::finish(std::exception_ptr err) {
   std::function<void()> cb;
   {
@@ -42,6 +54,7 @@ void Work::finish(std::exception_ptr err) {
     done_ = true;
     error_ = err;
     cb = std::move(callback_);
+    helper_ = nullptr;
   }
   cv_.notify_all();
   if (cb) cb();

