@@ -718,6 +718,41 @@ TEST(CollectivesTcpStore, Families) {
   }
 }
 
+// Two groups over the same ranks, their ops submitted in opposite orders on the two ranks and
+// only then waited for: each communicator progresses on its own, so both complete (the
+// pattern of several process groups issuing async ops in different orders).
+TEST(CollectivesAsync, TwoGroupsOppositeOrder) {
+  for (const std::string transport : {"shm", "tcp"}) {
+    SCOPED_TRACE(transport);
+    RunConfig cfg = transport_config(transport);
+    cfg.options.timeout = std::chrono::seconds(10);
+    cfg.env.push_back({"SHOAL_TIMEOUT", ""});
+    cfg.limit = std::chrono::seconds(60);
+    run_ranks(2, cfg, [](Communicator& a) {
+      Options o = a.options();
+      o.group_name = "second";
+      Communicator b(std::make_shared<FileStore>(run_dir() + "/store"), a.rank(), a.size(), o);
+      const int me = a.rank();
+      std::vector<int32_t> xa(1000, me + 1), xb(1000, 10 * (me + 1));
+      const double t0 = now_seconds();
+      WorkPtr wa, wb;
+      if (me == 0) {
+        wa = a.allreduce(xa.data(), xa.data(), 1000, DType::i32, ReduceOp::sum);
+        wb = b.allreduce(xb.data(), xb.data(), 1000, DType::i32, ReduceOp::sum);
+      } else {
+        wb = b.allreduce(xb.data(), xb.data(), 1000, DType::i32, ReduceOp::sum);
+        wa = a.allreduce(xa.data(), xa.data(), 1000, DType::i32, ReduceOp::sum);
+      }
+      const double submit_s = now_seconds() - t0;
+      wa->wait();
+      wb->wait();
+      SH_CHECK(submit_s < 1.0) << "submitting two ops took " << submit_s << " s";
+      SH_CHECK_EQ(xa[999], 3);
+      SH_CHECK_EQ(xb[0], 30);
+    });
+  }
+}
+
 // The reference itself: the inputs are exact and the expected values are what the file comment
 // promises (so a failure above is the library's, not the generator's).
 TEST(CollectivesReference, InputsAreExact) {
