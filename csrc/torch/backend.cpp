@@ -261,6 +261,7 @@ void WorkShoal::start(Plan plan, const std::vector<shoal::WorkPtr>& parts) {
   {
     std::lock_guard<std::mutex> lk(part_mu_);
     plan_ = std::move(plan);
+    parts_ = parts;
     remaining_ = static_cast<int>(parts.size()) + 1;  // +1: released below, after every callback is set
   }
   auto self = c10::intrusive_ptr<WorkShoal>::reclaim_copy(this);
@@ -278,6 +279,7 @@ void WorkShoal::part_done(std::exception_ptr err) {
     if (err && !first_error_) first_error_ = err;
     if (--remaining_ > 0) return;
     e = first_error_;
+    parts_.clear();  // the shoal Works hold this callback until now; no cycle is left
   }
   // Last part: copy back on success, release the staging buffers, complete.
   try {
@@ -319,6 +321,24 @@ void WorkShoal::complete(std::exception_ptr err) {
       else fut->markCompleted(c10::IValue(outputs));
     });
   }
+}
+
+bool WorkShoal::wait(std::chrono::milliseconds timeout) {
+  if (timeout == kNoTimeout) {
+    std::vector<shoal::WorkPtr> parts;
+    {
+      std::lock_guard<std::mutex> lk(part_mu_);
+      parts = parts_;
+    }
+    for (auto& p : parts) {
+      try {
+        p->wait();
+      } catch (...) {
+        // Reported through the completion callback, as the Work's exception.
+      }
+    }
+  }
+  return c10d::Work::wait(timeout);
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkShoal::getFuture() {

@@ -55,6 +55,9 @@ class WorkShoal : public c10d::Work {
             std::shared_ptr<Completer> completer);
   ~WorkShoal() override;
 
+  // Waiting without a timeout lets shoal run a queued collective on this thread (cheaper than a
+  // hand-off to the progress thread and back for small ops); then as c10d::Work::wait.
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   int sourceRank() const override;
@@ -79,6 +82,7 @@ class WorkShoal : public c10d::Work {
   std::shared_ptr<Completer> completer_;
 
   std::mutex part_mu_;
+  std::vector<shoal::WorkPtr> parts_;  // until they complete
   int remaining_ = 0;
   std::exception_ptr first_error_;
   Plan plan_;

@@ -1,0 +1,109 @@
+"""DDP (with comm hooks) and FSDP2 on the shoal backend: training gives the same parameters on
+every rank, equal to single-process training on the concatenated batch."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+
+def make_model(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4))
+
+
+def batch(rank, step, per_rank=8):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(per_rank, 16, generator=g), torch.randn(per_rank, 4, generator=g)
+
+
+def reference(n, steps, lr=0.05):
+    """One process, the whole global batch: what data-parallel training must reproduce."""
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for step in range(steps):
+        xs, ys = zip(*(batch(r, step) for r in range(n)))
+        opt.zero_grad()
+        nn.functional.mse_loss(model(torch.cat(xs)), torch.cat(ys)).backward()
+        opt.step()
+    return [p.detach() for p in model.parameters()]
+
+
+def w_ddp(rank, n, hook, steps=4):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    model = nn.parallel.DistributedDataParallel(make_model(), bucket_cap_mb=0.001)  # several buckets
+    if hook == "allreduce":
+        model.register_comm_hook(None, default_hooks.allreduce_hook)
+    elif hook == "fp16":
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif hook == "bf16":
+        model.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    elif hook == "builtin":
+        model._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(steps):
+        x, y = batch(rank, step)
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    ref = reference(n, steps)
+    tol = 1e-5 if hook in (None, "allreduce", "builtin") else 5e-3
+    for p, q in zip(model.parameters(), ref):
+        torch.testing.assert_close(p.detach(), q, rtol=tol, atol=tol)
+    return True
+
+
+def w_ddp_no_sync_and_buffers(rank, n):
+    m = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    torch.manual_seed(rank)  # different initial weights: DDP must broadcast rank 0's
+    for p in m.parameters():
+        nn.init.normal_(p)
+    ddp = nn.parallel.DistributedDataParallel(m, broadcast_buffers=True)
+    w = torch.cat([p.detach().flatten() for p in ddp.parameters()])
+    ws = [torch.empty_like(w) for _ in range(n)]
+    dist.all_gather(ws, w)
+    assert all(torch.equal(ws[0], x) for x in ws)
+    with ddp.no_sync():
+        ddp(torch.randn(8, 4)).sum().backward()
+    ddp(torch.randn(8, 4)).sum().backward()
+
+
+def w_fsdp2(rank, n, steps=3):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (n,))
+    model = make_model()
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(steps):
+        x, y = batch(rank, step)
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    ref = reference(n, steps)
+    for p, q in zip(model.parameters(), ref):
+        full = p.full_tensor().detach()
+        torch.testing.assert_close(full, q, rtol=1e-5, atol=1e-5)
+    return True
+
+
+@pytest.mark.parametrize("hook", [None, "allreduce", "builtin", "fp16"], ids=str)
+def test_ddp(group, hook):
+    group.run(w_ddp, hook)
+
+
+def test_ddp_broadcast_and_no_sync(group):
+    group.run(w_ddp_no_sync_and_buffers)
+
+
+def test_fsdp2(group):
+    group.run(w_fsdp2)

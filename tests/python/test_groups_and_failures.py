@@ -1,0 +1,296 @@
+"""Subgroups, re-initialisation, torchrun, and failures: a killed peer and a timeout must raise in
+the survivors, never hang."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from harness import free_port, spawn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# ---------------------------------------------------------------- subgroups
+
+
+def w_subgroups(rank, n):
+    import shoal.torch
+
+    pairs = [dist.new_group([r, r + 1]) for r in range(n - 1)]  # overlapping pairs
+    evens = dist.new_group([r for r in range(n) if r % 2 == 0])
+    rev = dist.new_group(list(reversed(range(n))))  # torch sorts the ranks: same order as global
+    assert shoal.torch.is_shoal_group(rev)
+    for it in range(3):
+        for r, g in enumerate(pairs):
+            if rank in (r, r + 1):
+                t = torch.tensor([float(rank + it)])
+                dist.all_reduce(t, group=g)
+                assert t.item() == 2 * r + 1 + 2 * it
+        if rank % 2 == 0:
+            t = torch.tensor([float(rank)])
+            dist.all_reduce(t, group=evens)
+            assert t.item() == sum(r for r in range(n) if r % 2 == 0)
+            b = torch.tensor([float(rank)])
+            dist.broadcast(b, src=max(r for r in range(n) if r % 2 == 0), group=evens)
+            assert b.item() == max(r for r in range(n) if r % 2 == 0)
+        outs = [torch.zeros(1) for _ in range(n)]
+        dist.all_gather(outs, torch.tensor([float(rank)]), group=rev)
+        assert [o.item() for o in outs] == [float(dist.get_global_rank(rev, i)) for i in range(n)]
+        w1 = dist.all_reduce(torch.ones(2), async_op=True)  # default group and a subgroup interleaved
+        w2 = dist.all_reduce(torch.ones(2), group=rev, async_op=True)
+        w2.wait()
+        w1.wait()
+    if n >= 2:
+        # send/recv inside a subgroup addresses global ranks (group_dst for group ranks)
+        g = pairs[0]
+        if rank == 0:
+            dist.send(torch.tensor([42.0]), dst=1, group=g)
+        elif rank == 1:
+            t = torch.zeros(1)
+            dist.recv(t, src=0, group=g)
+            assert t.item() == 42.0
+    for g in pairs + [evens, rev]:
+        if g != dist.GroupMember.NON_GROUP_MEMBER:
+            dist.destroy_process_group(g)
+    dist.barrier()
+
+
+def w_split_and_subgroups_by_enumeration(rank, n):
+    cur, groups = dist.new_subgroups_by_enumeration([[r for r in range(n) if r % 2 == k] for k in range(2)])
+    t = torch.tensor([1.0])
+    dist.all_reduce(t, group=cur)
+    assert t.item() == len([r for r in range(n) if r % 2 == rank % 2])
+    cur2, _ = dist.new_subgroups(group_size=1)
+    t = torch.tensor([5.0])
+    dist.all_reduce(t, group=cur2)
+    assert t.item() == 5.0
+
+
+def test_subgroups(group):
+    group.run(w_subgroups)
+
+
+def test_new_subgroups(group2):
+    if group2.world_size % 2:
+        pytest.skip("new_subgroups_by_enumeration with 2 equal halves needs an even world size")
+    group2.run(w_split_and_subgroups_by_enumeration)
+
+
+# ---------------------------------------------------------------- re-initialisation
+
+
+def f_reinit(rank, n):
+    import shoal  # noqa: F401
+
+    for it in range(3):
+        dist.init_process_group("shoal", rank=rank, world_size=n)
+        t = torch.tensor([float(rank + it)])
+        dist.all_reduce(t)
+        assert t.item() == sum(range(n)) + n * it
+        sub = dist.new_group(list(range(n)))
+        dist.all_reduce(t, group=sub)
+        dist.destroy_process_group()
+        assert not dist.is_initialized()
+    return "ok"
+
+
+def test_destroy_and_init_again():
+    assert spawn(f_reinit, 2) == ["ok", "ok"]
+
+
+def f_mixed_backends(rank, n):
+    import shoal  # noqa: F401
+
+    dist.init_process_group("cpu:shoal", rank=rank, world_size=n)
+    gloo = dist.new_group(backend="gloo")
+    t1, t2 = torch.arange(4.0) * (rank + 1), torch.arange(4.0) * (rank + 1)
+    dist.all_reduce(t1)
+    dist.all_reduce(t2, group=gloo)
+    assert torch.equal(t1, t2)
+    dist.destroy_process_group()
+
+
+def test_alongside_gloo():
+    spawn(f_mixed_backends, 3)
+
+
+# ---------------------------------------------------------------- failures
+
+
+def f_killed_peer(rank, n):
+    import shoal  # noqa: F401
+
+    dist.init_process_group("shoal", rank=rank, world_size=n, timeout=timedelta(seconds=60))
+    t = torch.ones(1000)
+    dist.all_reduce(t)
+    if rank == n - 1:
+        os._exit(0)  # dies without a word
+    start = time.monotonic()
+    try:
+        for _ in range(100):
+            dist.all_reduce(t)
+    except RuntimeError as e:
+        elapsed = time.monotonic() - start
+        msg = str(e)
+        assert "shoal" in msg and "all_reduce" in msg.lower().replace("allreduce", "all_reduce"), msg
+        # Later ops fail at once too.
+        try:
+            dist.all_reduce(t)
+        except RuntimeError:
+            pass
+        else:
+            raise AssertionError("the group should stay failed")
+        return elapsed, type(e).__name__, msg
+    raise AssertionError("all_reduce with a dead peer did not raise")
+
+
+def test_killed_peer_raises_in_survivors():
+    res = spawn(f_killed_peer, 3, allow_exit={2}, timeout=90)
+    for elapsed, kind, msg in res[:2]:
+        assert elapsed < 30, (elapsed, msg)  # well under the 60 s group timeout
+        assert kind == "DistBackendError", (kind, msg)
+
+
+def f_timeout(rank, n):
+    import shoal  # noqa: F401
+
+    dist.init_process_group("shoal", rank=rank, world_size=n, timeout=timedelta(seconds=3))
+    dist.barrier()
+    if rank == 1:
+        time.sleep(12)  # misses the all_reduce
+        return None
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(10))
+    except RuntimeError as e:
+        return time.monotonic() - start, str(e)
+    raise AssertionError("all_reduce should time out")
+
+
+def test_timeout():
+    res = spawn(f_timeout, 2, timeout=60)
+    elapsed, msg = res[0]
+    assert 2.5 < elapsed < 15, (elapsed, msg)
+    assert "timed out" in msg, msg
+
+
+def f_work_wait_timeout(rank, n):
+    import shoal  # noqa: F401
+
+    dist.init_process_group("shoal", rank=rank, world_size=n, timeout=timedelta(seconds=20))
+    if rank == 0:
+        w = dist.all_reduce(torch.ones(4), async_op=True)
+        try:
+            w.wait(timeout=timedelta(milliseconds=300))
+        except RuntimeError as e:
+            assert "timed out" in str(e).lower(), e
+        else:
+            raise AssertionError("wait(timeout) should raise")
+        dist.barrier()  # tell rank 1 to go on; the all_reduce then completes
+        w.wait()
+    else:
+        time.sleep(1.5)
+        dist.all_reduce(torch.ones(4))
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_work_wait_timeout():
+    spawn(f_work_wait_timeout, 2, timeout=60)
+
+
+def f_monitored_barrier_names_missing_rank(rank, n):
+    import shoal.torch
+
+    dist.init_process_group("shoal", rank=rank, world_size=n, timeout=timedelta(seconds=20))
+    if rank == 1:
+        time.sleep(5)
+        return None
+    try:
+        shoal.torch.monitored_barrier(timeout=timedelta(seconds=1), wait_all_ranks=True)
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
+def test_monitored_barrier_reports_missing_rank():
+    res = spawn(f_monitored_barrier_names_missing_rank, 3, timeout=60)
+    assert "Rank 1 failed to pass monitoredBarrier" in res[0], res[0]
+
+
+# ---------------------------------------------------------------- torchrun
+
+TORCHRUN_SCRIPT = textwrap.dedent(
+    """
+    import os, torch, torch.distributed as dist
+    import shoal
+    dist.init_process_group("shoal")   # env:// from torchrun
+    r, n = dist.get_rank(), dist.get_world_size()
+    assert int(os.environ["LOCAL_RANK"]) == r
+    t = torch.full((1000,), float(r))
+    dist.all_reduce(t)
+    assert torch.all(t == n * (n - 1) / 2)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.randn(16, 8)).pow(2).mean().backward()
+        opt.step()
+    w = torch.cat([p.detach().flatten() for p in model.parameters()])
+    ws = [torch.empty_like(w) for _ in range(n)]
+    dist.all_gather(ws, w)
+    assert all(torch.equal(ws[0], x) for x in ws)
+    dist.destroy_process_group()
+    print("TORCHRUN-OK", r)
+    """
+)
+
+
+def test_torchrun(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node=3",
+        f"--master-port={free_port()}",
+        str(script),
+    ]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("TORCHRUN-OK") == 3, p.stdout + p.stderr
+
+
+# ---------------------------------------------------------------- CUDA (staged through host memory)
+
+
+def f_cuda(rank, n):
+    import shoal  # noqa: F401
+
+    dist.init_process_group("shoal", rank=rank, world_size=n)
+    dev = torch.device("cuda", rank % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    t = torch.full((1 << 16,), float(rank + 1), device=dev)
+    dist.all_reduce(t)
+    assert torch.all(t == n * (n + 1) / 2).item()
+    outs = [torch.empty(4, device=dev) for _ in range(n)]
+    dist.all_gather(outs, torch.full((4,), float(rank), device=dev))
+    assert all(torch.all(outs[r] == r).item() for r in range(n))
+    fut = dist.all_reduce(torch.ones(8, device=dev), async_op=True).get_future()
+    assert fut.wait()[0].device == dev
+    dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_tensors():
+    spawn(f_cuda, 2)
