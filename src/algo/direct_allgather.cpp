@@ -32,11 +32,11 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
   auto piece = [&](int j, size_t m) { return std::min(cb, b.len[j] - std::min(b.len[j], m * cb)); };
   if (writes_out) copy_bytes(u8(out) + b.off[r], in, b.len[r]);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
-    if (ph < nchunks) copy_bytes(slot(g, r, static_cast<int>(ph % 2)), u8(in) + ph * cb, piece(r, ph));
+    if (ph < nchunks) copy_bytes(slot(g, r, slot_of(c, ph)), u8(in) + ph * cb, piece(r, ph));
     if (ph >= 1 && writes_out) {
       const size_t m = ph - 1;
       for (int j = 0; j < p; ++j)
-        if (j != r) copy_out(u8(out) + b.off[j] + m * cb, slot(g, j, static_cast<int>(m % 2)), piece(j, m));
+        if (j != r) copy_out(u8(out) + b.off[j] + m * cb, slot(g, j, slot_of(c, m)), piece(j, m));
     }
     if (ph == nchunks) break;
     g.barrier();

@@ -47,15 +47,14 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   const size_t sb = slot_bytes(g);
 
   if (n <= kReduceAllBytes && n <= sb) {
-    copy_bytes(slot(g, r, 0), in, n);
+    copy_bytes(slot(g, r, slot_of(c, 0)), in, n);
     g.barrier();
     check(c);
     if (writes_out && count) {
-      for (int j = 0; j < p; ++j) srcs[j] = slot(g, j, 0);
+      for (int j = 0; j < p; ++j) srcs[j] = slot(g, j, slot_of(c, 0));
       reduce_many(out, srcs.data(), p, count, c.dt, c.op);
     }
-    g.barrier();
-    return;
+    return;  // no closing barrier: the next direct op writes the other slot first (direct_common.h)
   }
 
   // ce: chunk elements, a multiple of p cache lines (so slices are whole lines), with the input
@@ -83,7 +82,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
     if (ph < nchunks) {  // copy-in chunk ph, all but this rank's own slice
       const size_t m = ph, l = clen(m);
       const size_t a = std::min(l, static_cast<size_t>(r) * se), e = std::min(l, (static_cast<size_t>(r) + 1) * se);
-      uint8_t* sl = slot(g, r, static_cast<int>(m % 2));
+      uint8_t* sl = slot(g, r, slot_of(c, m));
       const uint8_t* base = src + m * ce * es;
       copy_bytes(sl, base, a * es);
       copy_bytes(sl + e * es, base + e * es, (l - e) * es);
@@ -92,8 +91,8 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
       const size_t m = ph - 1, len = slice_len(m, r), off = static_cast<size_t>(r) * se;
       if (len) {
         for (int j = 0; j < p; ++j)
-          srcs[j] = j == r ? src + (m * ce + off) * es : slot(g, j, static_cast<int>(m % 2)) + off * es;
-        reduce_many(slot(g, r, static_cast<int>(m % 2)) + ce * es, srcs.data(), p, len, c.dt, c.op);
+          srcs[j] = j == r ? src + (m * ce + off) * es : slot(g, j, slot_of(c, m)) + off * es;
+        reduce_many(slot(g, r, slot_of(c, m)) + ce * es, srcs.data(), p, len, c.dt, c.op);
       }
     }
     if (ph >= 2 && writes_out) {  // copy-out chunk ph-2
@@ -101,7 +100,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
       for (int j = 0; j < p; ++j) {
         const size_t len = slice_len(m, j);
         if (len)
-          copy_out(dst + (m * ce + static_cast<size_t>(j) * se) * es, slot(g, j, static_cast<int>(m % 2)) + ce * es,
+          copy_out(dst + (m * ce + static_cast<size_t>(j) * se) * es, slot(g, j, slot_of(c, m)) + ce * es,
                       len * es);
       }
     }

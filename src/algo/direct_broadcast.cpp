@@ -32,10 +32,10 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
   auto clen = [&](size_t m) { return std::min(cb, n - std::min(n, m * cb)); };
   auto copy_out = n >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
   for (size_t ph = 0; ph <= nchunks; ++ph) {
-    if (r == root && ph < nchunks) copy_bytes(slot(g, root, static_cast<int>(ph % 2)), u8(buf) + ph * cb, clen(ph));
+    if (r == root && ph < nchunks) copy_bytes(slot(g, root, slot_of(c, ph)), u8(buf) + ph * cb, clen(ph));
     if (r != root && ph >= 1) {
       const size_t m = ph - 1;
-      copy_out(u8(buf) + m * cb, slot(g, root, static_cast<int>(m % 2)), clen(m));
+      copy_out(u8(buf) + m * cb, slot(g, root, slot_of(c, m)), clen(m));
     }
     if (ph == nchunks) break;
     g.barrier();
@@ -58,13 +58,13 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
   if (r == root) copy_bytes(out, u8(in) + static_cast<size_t>(root) * bs, bs);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (r == root && ph < nchunks) {
-      uint8_t* sl = slot(g, root, static_cast<int>(ph % 2));
+      uint8_t* sl = slot(g, root, slot_of(c, ph));
       for (int j = 0; j < p; ++j)
         if (j != root) copy_bytes(sl + static_cast<size_t>(j) * pb, u8(in) + static_cast<size_t>(j) * bs + ph * pb, clen(ph));
     }
     if (r != root && ph >= 1) {
       const size_t m = ph - 1;
-      copy_bytes(u8(out) + m * pb, slot(g, root, static_cast<int>(m % 2)) + static_cast<size_t>(r) * pb, clen(m));
+      copy_bytes(u8(out) + m * pb, slot(g, root, slot_of(c, m)) + static_cast<size_t>(r) * pb, clen(m));
     }
     if (ph == nchunks) break;
     g.barrier();

@@ -15,8 +15,9 @@
 // every rank reaches only after its check in op k. So even an op with a single barrier (the
 // direct barrier) checks safely: a barrier run against a peer's allreduce fails on both sides.
 //
-// Reuse across ops. Every direct op ends with ShmGroup::barrier() after its last read of a
-// peer's scratch, so the next op may overwrite its own scratch data from its first instruction.
+// Reuse across ops. Every direct op but the small allreduce/reduce ends with ShmGroup::barrier()
+// after its last read of a peer's scratch. The small one skips it: see slot_of() for why the
+// next op cannot overwrite what a slow peer is still reading.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -59,6 +60,13 @@ void begin(Ctx& c, uint64_t sig);
 // After the op's first barrier: throws PeerError unless every rank published the same token.
 void check(Ctx& c);
 
+// Which of the two slots chunk m of the current op uses: they alternate by chunk, starting from
+// the op's own number (the header's word 0, set by begin()). So an op's first chunk, written
+// before its first barrier, never lands in the slot the previous op used last; that is what
+// lets the small allreduce end without a closing barrier: a peer may still be reading this
+// rank's slot of op n while this rank starts op n+1 in the other slot, and op n+1's first
+// barrier waits for every rank to have left op n before anyone writes that slot again.
+int slot_of(Ctx& c, size_t m);
 // Bytes of one of the two data slots of each rank's scratch (a multiple of 64).
 size_t slot_bytes(ShmGroup& g);
 inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderBytes + s * slot_bytes(g); }

@@ -40,7 +40,7 @@ void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count) {
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (ph < nchunks) {
       const size_t m = ph, len = clen(m);
-      uint8_t* sl = slot(g, r, static_cast<int>(m % 2));
+      uint8_t* sl = slot(g, r, slot_of(c, m));
       for (int j = 0; j < p; ++j)
         if (j != r)
           copy_bytes(sl + static_cast<size_t>(j) * pe * es, u8(in) + (static_cast<size_t>(j) * count + m * pe) * es,
@@ -52,7 +52,7 @@ void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count) {
         int k = 0;
         srcs[k++] = u8(in) + (static_cast<size_t>(r) * count + m * pe) * es;
         for (int j = 0; j < p; ++j)
-          if (j != r) srcs[k++] = slot(g, j, static_cast<int>(m % 2)) + static_cast<size_t>(r) * pe * es;
+          if (j != r) srcs[k++] = slot(g, j, slot_of(c, m)) + static_cast<size_t>(r) * pe * es;
         reduce_many(u8(out) + m * pe * es, srcs.data(), p, len, c.dt, c.op);
       }
     }
