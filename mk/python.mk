@@ -1,10 +1,25 @@
 # The Python package (torch.distributed backend, later Ray): installed into .venv, tested by pytest.
 # Included by the top-level Makefile.
+#
+#   make python-install    build shoal._C + libshoal.so (scikit-build-core) and pip-install the
+#                          package into .venv, against the torch already there (no build
+#                          isolation: that would download a multi-GB torch)
+#   make test-python       pytest tests/python: shoal's own tests, then a subset of PyTorch's
+#                          distributed test suite on the shoal backend (world sizes 2 and 3)
+#   make test-torch-suite  PyTorch's whole distributed test suite on shoal (slow)
 
-.PHONY: python-install test-python
+.PHONY: python-install test-python test-torch-suite
 
-python-install: venv build
-	@true
+PY_SOURCES := pyproject.toml CMakeLists.txt $(shell find python/shoal csrc/torch src include \
+	-type f \( -name '*.py' -o -name '*.cpp' -o -name '*.h' \) 2>/dev/null)
+
+python-install: .venv/.shoal-installed
+.venv/.shoal-installed: .venv/.stamp $(PY_SOURCES)
+	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PY) -m pip install -q --no-build-isolation --no-deps .
+	@touch $@
 
 test-python: python-install
-	@true
+	$(PY) -m pytest -q tests/python
+
+test-torch-suite: python-install
+	SHOAL_TORCH_SUITE=full $(PY) -m pytest -q tests/python/test_torch_suite.py

@@ -36,7 +36,17 @@ def group2(request):
     return get_group(request.param)
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
+    # In the child run of test_torch_suite.py, keep the selected subset of torch's suite.
+    if os.environ.get("SHOAL_TORCH_SUITE_CHILD") == "1":
+        import test_torch_suite
+
+        keep = [i for i in items if i.module.__name__ != "test_torch_suite" or test_torch_suite.selected(i.name)]
+        dropped = [i for i in items if i not in keep]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
+
     # Run every test of one world size together, so that each pool starts once.
     def key(item):
         cs = getattr(item, "callspec", None)
