@@ -4,8 +4,8 @@
 // ≈ kWorkingSetBytes / 2p per rank): each rank copies (p-1)/p·n into its scratch, reduces n/p
 // reading p sources (n bytes read), and copies n out:
 //   (N + 2)·α + ~3·n·β + (p-1)/p·n·γ          (reduce: only the root copies out: ~2·n·β)
-// At or below kReduceAllBytes every rank (reduce: the root) reduces the whole vector itself:
-//   2·α + (p + 1)·n·β + (p-1)·n·γ
+// While p·n ≤ kReduceAllGroupBytes every rank (reduce: the root) reduces the whole vector itself:
+//   α + (p + 1)·n·β + (p-1)·n·γ        (one barrier: see slot_of in direct_common.h)
 //
 // Why it is chosen whenever every rank shares this host: the p2p algorithms over shm rings copy
 // every message twice (into the ring, out of it) and need 2·(p-1) (ring) or 2·lg p (BDE) message
@@ -46,7 +46,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   std::vector<const void*> srcs(p);
   const size_t sb = slot_bytes(g);
 
-  if (n <= kReduceAllBytes && n <= sb) {
+  if (n * static_cast<size_t>(p) <= kReduceAllGroupBytes && n <= sb) {
     copy_bytes(slot(g, r, slot_of(c, 0)), in, n);
     g.barrier();
     check(c);

@@ -34,10 +34,13 @@ inline constexpr size_t kHeaderBytes = 128;
 inline constexpr size_t kWorkingSetBytes = size_t(16) << 20;
 inline constexpr size_t kMinChunkBytes = size_t(64) << 10;
 inline constexpr size_t kMaxChunkBytes = size_t(4) << 20;
-// allreduce/reduce: at or below this many bytes every rank (or the root) reduces the whole vector
-// straight from the peers' scratch (2 barriers); above, each rank reduces one slice (3 barriers
-// for one chunk, then one more per chunk).
-inline constexpr size_t kReduceAllBytes = size_t(4) << 10;
+// allreduce/reduce: while p·n is at most this, every rank (or the root) reduces the whole vector
+// straight from the peers' scratch after one barrier; above, each rank reduces one slice (3
+// barriers for one chunk, then one more per chunk). Measured on 2 cores (4 KiB..1 MiB, 2/4/8
+// ranks, `shoal-bench allreduce --algo direct`): reading all p inputs beats the sliced pipeline
+// up to about 1 MiB read per rank, because each barrier costs tens of µs once ranks outnumber
+// cores.
+inline constexpr size_t kReduceAllGroupBytes = size_t(1) << 20;
 
 class Sig {
  public:
