@@ -53,5 +53,66 @@ TEST_P(DirectReuse, OutOfStepRanksNeverReadAnOverwrittenSlot) {
   });
 }
 
+// Every direct op with a small scratch area (so that 1, 2 and 3 chunks all occur: the closing
+// barrier is skipped after an odd number of chunks), back to back, ranks out of step.
+TEST_P(DirectReuse, EveryOpWithOddAndEvenChunkCounts) {
+  const int n = GetParam();
+  RunConfig cfg = transport_config("shm");
+  cfg.env.push_back({"SHOAL_SHM_SCRATCH", std::to_string(256 << 10)});  // 128 KiB slots
+  run_ranks(n, cfg, [](Communicator& c) {
+    std::mt19937 rng(99 + c.rank());
+    const int p = c.size(), me = c.rank();
+    const size_t counts[] = {5, 20000, 50000, 90000};  // f32: up to ~3 chunks per block
+    std::vector<float> in, out;
+    for (int iter = 0; iter < 120; ++iter) {
+      const size_t count = counts[(iter / 5) % 4];
+      if (rng() % 3 == 0) usleep(rng() % 200);
+      const int kind = iter % 5, root = iter % p;
+      auto val = [&](int r, size_t i) { return static_cast<float>((r + 1) * (iter % 13 + 1) + static_cast<int>(i % 5)); };
+      if (kind == 0) {  // broadcast
+        in.assign(count, 0);
+        if (me == root)
+          for (size_t i = 0; i < count; ++i) in[i] = val(root, i);
+        c.broadcast(in.data(), count, DType::f32, root, {Algo::direct})->wait();
+        for (size_t i = 0; i < count; ++i) SH_CHECK(in[i] == val(root, i)) << "broadcast iter " << iter << " i " << i;
+      } else if (kind == 1) {  // allgather
+        in.resize(count);
+        out.assign(count * p, -1);
+        for (size_t i = 0; i < count; ++i) in[i] = val(me, i);
+        c.allgather(in.data(), out.data(), count, DType::f32, {Algo::direct})->wait();
+        for (int r = 0; r < p; ++r)
+          for (size_t i = 0; i < count; ++i)
+            SH_CHECK(out[r * count + i] == val(r, i)) << "allgather iter " << iter << " block " << r << " i " << i;
+      } else if (kind == 2) {  // reduce_scatter
+        in.resize(count * p);
+        out.assign(count, -1);
+        for (size_t i = 0; i < count * p; ++i) in[i] = val(me, i);
+        c.reduce_scatter(in.data(), out.data(), count, DType::f32, ReduceOp::sum, {Algo::direct})->wait();
+        for (size_t i = 0; i < count; ++i) {
+          float want = 0;
+          for (int r = 0; r < p; ++r) want += val(r, me * count + i);
+          SH_CHECK(out[i] == want) << "reduce_scatter iter " << iter << " i " << i;
+        }
+      } else if (kind == 3) {  // scatter
+        in.resize(count * p);
+        out.assign(count, -1);
+        for (size_t i = 0; i < count * p; ++i) in[i] = val(root, i);
+        c.scatter(in.data(), out.data(), count, DType::f32, root, {Algo::direct})->wait();
+        for (size_t i = 0; i < count; ++i) SH_CHECK(out[i] == val(root, me * count + i)) << "scatter iter " << iter << " i " << i;
+      } else {  // allreduce
+        in.resize(count);
+        out.assign(count, -1);
+        for (size_t i = 0; i < count; ++i) in[i] = val(me, i);
+        c.allreduce(in.data(), out.data(), count, DType::f32, ReduceOp::sum, {Algo::direct})->wait();
+        for (size_t i = 0; i < count; ++i) {
+          float want = 0;
+          for (int r = 0; r < p; ++r) want += val(r, i);
+          SH_CHECK(out[i] == want) << "allreduce iter " << iter << " i " << i;
+        }
+      }
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(All, DirectReuse, ::testing::Values(2, 3, 4, 8),
                          [](const auto& info) { return "n" + std::to_string(info.param); });

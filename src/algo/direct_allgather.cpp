@@ -11,7 +11,8 @@
 // Pipeline: piece m (bytes [m·chunk, (m+1)·chunk) of each block) goes through slot m % 2 of its
 // owner; phase m (between barriers m and m+1) copies piece m of the own block in and piece m-1
 // of every other block out. A slot written in phase m is read in phase m+1 and rewritten in phase
-// m+2 with barriers between; a final barrier follows the last copy-out. Unequal counts are fine:
+// m+2 with barriers between; after the last copy-out, end() closes with a barrier only when the
+// next op could overwrite the slot just read (direct_common.h). Unequal counts are fine:
 // N follows the largest block, smaller blocks just have nothing to move in later phases.
 #include "algo/direct_common.h"
 #include "reduce/copy.h"
@@ -42,7 +43,7 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
     g.barrier();
     if (ph == 0) check(c);
   }
-  g.barrier();
+  end(c, nchunks);
 }
 
 }  // namespace

@@ -21,7 +21,8 @@
 // owner's result area). Safety: a slot's input area written in phase m is read in phase m+1 and
 // rewritten in phase m+2; its result area written in phase m+1 is read in phase m+2 and rewritten
 // in phase m+3; a barrier separates each write from the reads and the reads from the rewrite.
-// A final barrier ends the op after the last copy-out (see direct_common.h for reuse across ops).
+// After the last copy-out, end() closes with a barrier only when the next op could overwrite the
+// slot just read (direct_common.h, slot_of).
 // Slices are multiples of a cache line so no two ranks write one line.
 #include <vector>
 
@@ -108,7 +109,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
     g.barrier();
     if (ph == 0) check(c);
   }
-  g.barrier();
+  end(c, nchunks);
 }
 
 }  // namespace

@@ -11,8 +11,8 @@
 //
 // Pipeline: chunk m goes through the root's slot m % 2; phase m (between barriers m and m+1)
 // copies chunk m in and chunk m-1 out. A slot written in phase m is read in phase m+1 and only
-// rewritten in phase m+2, a barrier in between each time. A final barrier follows the last
-// copy-out, so the next op may reuse the root's scratch at once.
+// rewritten in phase m+2, a barrier in between each time. After the last copy-out, end() closes
+// with a barrier only when the next op could overwrite the slot just read (direct_common.h).
 #include "algo/direct_common.h"
 #include "reduce/copy.h"
 
@@ -41,7 +41,7 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
     g.barrier();
     if (ph == 0) check(c);
   }
-  g.barrier();
+  end(c, nchunks);
 }
 
 void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
@@ -70,7 +70,7 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
     g.barrier();
     if (ph == 0) check(c);
   }
-  g.barrier();
+  end(c, nchunks);
 }
 
 }  // namespace shoal::algo

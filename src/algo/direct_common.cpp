@@ -42,6 +42,10 @@ void check(Ctx& c) {
 
 int slot_of(Ctx& c, size_t m) { return static_cast<int>((header(*c.shm(), c.rank)[0] + m) & 1); }
 
+void end(Ctx& c, size_t nchunks) {
+  if (nchunks % 2 == 0) c.shm()->barrier();
+}
+
 size_t slot_bytes(ShmGroup& g) { return (g.scratch_bytes() - kHeaderBytes) / 2 / 64 * 64; }
 
 size_t chunk_target(ShmGroup& g, int p) {

@@ -15,9 +15,9 @@
 // every rank reaches only after its check in op k. So even an op with a single barrier (the
 // direct barrier) checks safely: a barrier run against a peer's allreduce fails on both sides.
 //
-// Reuse across ops. Every direct op but the small allreduce/reduce ends with ShmGroup::barrier()
-// after its last read of a peer's scratch. The small one skips it: see slot_of() for why the
-// next op cannot overwrite what a slow peer is still reading.
+// Reuse across ops. A direct op ends without a closing barrier unless its last chunk used the
+// slot the next op writes first (end(), slot_of()): the next op's first barrier then guarantees
+// that no slow peer still reads what the next op overwrites.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -70,6 +70,10 @@ void check(Ctx& c);
 // rank's slot of op n while this rank starts op n+1 in the other slot, and op n+1's first
 // barrier waits for every rank to have left op n before anyone writes that slot again.
 int slot_of(Ctx& c, size_t m);
+// Ends a chunked direct op whose last phase read chunk nchunks-1 from the peers' slots. A closing
+// barrier is needed only when that slot is the one the next op writes before its first barrier,
+// i.e. when nchunks is even (slot_of); otherwise the next op's first barrier covers it.
+void end(Ctx& c, size_t nchunks);
 // Bytes of one of the two data slots of each rank's scratch (a multiple of 64).
 size_t slot_bytes(ShmGroup& g);
 inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderBytes + s * slot_bytes(g); }

@@ -12,7 +12,8 @@
 // reduces it straight from `in`, as srcs[0], so in place (out = in + rank·count) works because
 // reduce_many lets dst alias srcs[0]). Phase m (between barriers m and m+1) copies chunk m in and
 // reduces chunk m-1. A slot written in phase m is read in phase m+1 and rewritten in phase m+2,
-// barriers between; a final barrier follows the last reduce.
+// barriers between; after the last reduce, end() closes with a barrier only when the next op
+// could overwrite the slot just read (direct_common.h, slot_of).
 #include <vector>
 
 #include "algo/direct_common.h"
@@ -60,7 +61,7 @@ void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count) {
     g.barrier();
     if (ph == 0) check(c);
   }
-  g.barrier();
+  end(c, nchunks);
 }
 
 }  // namespace shoal::algo
