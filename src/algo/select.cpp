@@ -10,12 +10,17 @@ namespace {
 
 // Thresholds (bytes of the op's message: allgatherv the total gathered, reduce_scatter / gather /
 // scatter the whole size·count vector, alltoallv the larger of sent and received).
-constexpr size_t kAllreduceMstBelow = size_t(4) << 10;          // allreduce: mst below this
-constexpr size_t kAllreduceBdeUpTo = size_t(256) << 10;         //   bde up to this, ring above
-constexpr size_t kBroadcastBinomialBelow = size_t(256) << 10;   // broadcast: mst below, scatter_allgather above
-constexpr size_t kReduceBinomialBelow = size_t(256) << 10;      // reduce: mst below, ring above
-constexpr size_t kAllgatherRdBelow = size_t(64) << 10;          // allgather: rd below, ring above
-constexpr size_t kReduceScatterHalvingBelow = size_t(64) << 10; // reduce_scatter: rd below, ring above
+// allreduce over TCP, measured with scripts/tune_algos.py (docs/algorithms.md): the binomial
+// tree wins while latency dominates; BDE up to several MiB when p is a power of two (its fold
+// costs an extra full-vector exchange otherwise); ring above.
+constexpr size_t kAllreduceMstBelow = size_t(32) << 10;         // allreduce: mst below this
+constexpr size_t kAllreduceBdeUpTo = size_t(8) << 20;           //   bde up to this (p = 2^k), ring above
+constexpr size_t kAllreduceBdeUpToOddP = size_t(256) << 10;     //   bde up to this otherwise
+// The rest, measured the same way (4 ranks over TCP; docs/algorithms.md has the tables).
+constexpr size_t kBroadcastBinomialBelow = size_t(2) << 20;     // broadcast: mst below, scatter_allgather above
+constexpr size_t kReduceBinomialBelow = SIZE_MAX;               // reduce: mst everywhere (ring never won clearly)
+constexpr size_t kAllgatherRdBelow = size_t(8) << 20;           // allgather: rd below, ring above
+constexpr size_t kReduceScatterHalvingBelow = 0;                // reduce_scatter: ring everywhere (halving never won)
 
 const char* name_of(Algo a) {
   switch (a) {
@@ -86,12 +91,11 @@ Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, bool shm_a
                             ": algorithm 'direct' needs every rank on this host over shared memory");
     return requested;
   }
-  (void)size;
   switch (kind) {
     case OpKind::allreduce:
       if (shm_all) return Algo::direct;
       if (bytes < kAllreduceMstBelow) return Algo::mst;
-      return bytes <= kAllreduceBdeUpTo ? Algo::bde : Algo::ring;
+      return bytes <= ((size & (size - 1)) == 0 ? kAllreduceBdeUpTo : kAllreduceBdeUpToOddP) ? Algo::bde : Algo::ring;
     case OpKind::broadcast:
       if (shm_all) return Algo::direct;
       return bytes < kBroadcastBinomialBelow ? Algo::mst : Algo::scatter_allgather;
