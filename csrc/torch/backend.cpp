@@ -1,5 +1,7 @@
 #include "backend.h"
 
+#include <Python.h>
+
 #include <ATen/core/ivalue.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
@@ -178,7 +180,8 @@ std::exception_ptr torch_error(const std::string& context, std::exception_ptr e)
   } catch (const shoal::InvalidArgument& x) {
     return std::make_exception_ptr(c10::Error(SHOAL_SRC, "shoal: " + context + ": " + x.what()));
   } catch (const shoal::Timeout& x) {
-    return std::make_exception_ptr(c10::DistBackendError(SHOAL_SRC, "shoal: " + context + " timed out: " + x.what()));
+    // " Timed out " as gloo says it: tools match on it.
+    return std::make_exception_ptr(c10::DistBackendError(SHOAL_SRC, "shoal: " + context + ": Timed out (" + x.what() + ")"));
   } catch (const std::exception& x) {
     return std::make_exception_ptr(c10::DistBackendError(SHOAL_SRC, "shoal: " + context + " failed: " + x.what()));
   } catch (...) {
@@ -299,22 +302,26 @@ void WorkShoal::part_done(std::exception_ptr err) {
 
 void WorkShoal::complete(std::exception_ptr err) {
   std::function<void()> end_cb;
-  c10::intrusive_ptr<c10::ivalue::Future> fut;
   {
     std::lock_guard<std::mutex> lk(mutex_);
-    completed_ = true;
-    exception_ = err;
     end_cb = std::move(recordFunctionEndCallback_);
     recordFunctionEndCallback_ = nullptr;
-    fut = future_;
   }
-  cv_.notify_all();
+  // Before anyone is woken: a waiter may stop the profiler as soon as wait() returns.
   if (end_cb) {
     try {
       end_cb();
     } catch (...) {
     }
   }
+  c10::intrusive_ptr<c10::ivalue::Future> fut;
+  {
+    std::lock_guard<std::mutex> lk(mutex_);
+    completed_ = true;
+    exception_ = err;
+    fut = future_;
+  }
+  cv_.notify_all();
   if (fut) {
     completer_->post([fut, err, outputs = outputs_]() {
       if (err) fut->setError(err);
@@ -395,6 +402,12 @@ BackendShoal::BackendShoal(const c10::intrusive_ptr<c10d::Store>& store, int ran
 BackendShoal::~BackendShoal() {
   try {
     shutdown();
+    // The completion thread may need the GIL too (future callbacks, tensor references).
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      PyThreadState* state = PyEval_SaveThread();
+      completer_.reset();
+      PyEval_RestoreThread(state);
+    }
   } catch (...) {
   }
 }
@@ -820,37 +833,53 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::barrier(const c10d::BarrierOptions&
 // Through the store, not the communicator: the point is to name the ranks that do not arrive,
 // within a timeout of the caller's choosing, and leave the communicator as it was.
 void BackendShoal::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  // The messages are gloo's, word for word: tools and tests match on them.
+  using std::chrono::milliseconds;
   const auto timeout = opts.timeout == c10d::kUnsetTimeout ? options_->timeout : opts.timeout;
   const std::string base = "shoal/monitored_barrier/" + std::to_string(monitored_barrier_seq_++) + "/";
-  const auto ms = std::to_string(timeout.count());
+  const auto start = std::chrono::steady_clock::now();
+  // 0 would mean "no timeout" to a c10d store.
+  auto store_wait = [&](const std::string& key, milliseconds t) { store_->wait({key}, std::max(t, milliseconds(1))); };
   if (rank_ != 0) {
     store_->set(base + std::to_string(rank_), std::string("1"));
     try {
-      store_->wait({base + "ack"}, timeout);
-    } catch (const c10::Error& e) {
-      TORCH_CHECK_WITH(DistBackendError, false, "[Rank ", rank_, "]: Rank ", rank_,
-                       " successfully reached monitoredBarrier, but received errors while waiting for rank 0 to "
-                       "release it within ", ms, " ms. Please check rank 0 logs for faulty rank.");
+      store_wait(base + "ack", timeout);
+    } catch (const c10::Error&) {
+      TORCH_CHECK_WITH(DistBackendError, false, "Rank ", rank_,
+                       " successfully reached monitoredBarrier, but received errors while waiting for send/recv from "
+                       "rank 0. Please check rank 0 logs for faulty rank.");
     }
     return;
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::vector<int> missing;
+  std::vector<int> processed, failed;
   for (int r = 1; r < size_; ++r) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    left = std::max(left, std::chrono::milliseconds(1));  // 0 would mean "no timeout" to a c10d store
+    // As gloo: with wait_all_ranks every rank gets the whole timeout, else what is left of it.
+    auto left = wait_all_ranks ? timeout
+                               : timeout - std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+    if (!wait_all_ranks && (left.count() < 0 || (timeout.count() == 0))) {
+      std::string info = "No ranks successfully processed in monitoredBarrier.";
+      if (!processed.empty()) {
+        info = "Successfully processed ranks: ";
+        for (size_t i = 0; i < processed.size(); ++i) info += (i ? ", " : "") + std::to_string(processed[i]);
+      }
+      TORCH_CHECK_WITH(DistBackendError, false, "Rank 0 timed out in monitoredBarrier after ", timeout.count(),
+                       " ms.\n", info);
+    }
     try {
-      store_->wait({base + std::to_string(r)}, left);
+      store_wait(base + std::to_string(r), left);
+      processed.push_back(r);
     } catch (const c10::Error&) {
-      missing.push_back(r);
-      if (!wait_all_ranks) break;
+      if (!wait_all_ranks)
+        TORCH_CHECK_WITH(DistBackendError, false, "[Rank 0]: Rank ", r, " failed to pass monitoredBarrier in ",
+                         timeout.count(), " ms");
+      failed.push_back(r);
     }
   }
-  if (!missing.empty()) {
+  if (!failed.empty()) {
     std::string list;
-    for (size_t i = 0; i < missing.size(); ++i) list += (i ? ", " : "") + std::to_string(missing[i]);
-    TORCH_CHECK_WITH(DistBackendError, false, "[Rank 0]: ", missing.size() == 1 ? "Rank " : "Ranks ", list,
-                     " failed to pass monitoredBarrier in ", ms, " ms");
+    for (size_t i = 0; i < failed.size(); ++i) list += (i ? ", " : "") + std::to_string(failed[i]);
+    TORCH_CHECK_WITH(DistBackendError, false, "[Rank 0]: Ranks ", list, " failed to pass monitoredBarrier in ",
+                     timeout.count(), " ms");
   }
   store_->set(base + "ack", std::string("1"));
 }
@@ -869,7 +898,17 @@ void BackendShoal::shutdown() {
     std::lock_guard<std::mutex> lk(submit_mu_);
     c.swap(comm_);
   }
-  c.reset();  // runs what is queued, then stops the progress thread
+  if (!c) return;
+  // Destroying the communicator runs what is queued and joins its progress thread, which may need
+  // the GIL (the last reference to a tensor a Python object owns can drop there): never hold the
+  // GIL while waiting for it (the Python binding may call this, or the destructor, with it held).
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    PyThreadState* state = PyEval_SaveThread();
+    c.reset();
+    PyEval_RestoreThread(state);
+  } else {
+    c.reset();
+  }
 }
 
 }  // namespace shoal_torch
