@@ -66,6 +66,9 @@ class Engine {
 
   // Throws PeerError if a same-host peer's process has exited or aborted.
   void check_peers();
+  // Fails the op because of `peer` (aborting this rank, closing links): the message leads to
+  // the reason the peer published, if any.
+  [[noreturn]] void fail_peer(int peer, const std::string& what);
 
   // Hooks to the store, set by the communicator: publish this rank's abort reason (called once,
   // before the links close, so a peer that sees the connection drop can learn why), and look up
@@ -75,7 +78,6 @@ class Engine {
 
  private:
   void wait_loop(const std::vector<int>& waiting_for, bool (*done)(void*), void* arg);
-  [[noreturn]] void fail_peer(int peer, const std::string& what);
   [[noreturn]] void fail_timeout(const std::vector<int>& waiting_for);
 
   std::vector<std::unique_ptr<Link>> links_;

@@ -1,5 +1,8 @@
 #include "transport/shm_group_impl.h"
 
+#include <cstring>
+#include <string>
+
 namespace shoal {
 
 ShmGroupImpl::ShmGroupImpl(Engine& engine, const std::vector<ShmSegment>& segs)
@@ -21,11 +24,18 @@ void ShmGroupImpl::barrier() {
       if (ctl_[r]->barrier_seq.load(std::memory_order_acquire) < seq_) return false;
     return true;
   };
-  if (arrived()) return;
-  std::vector<int> late;
+  if (!arrived()) {
+    std::vector<int> late;
+    for (int r : others_)
+      if (ctl_[r]->barrier_seq.load(std::memory_order_acquire) < seq_) late.push_back(r);
+    engine_.wait_until(arrived, late);
+  }
+  // A peer that arrived and then failed (its op timed out, or abort() was called) has aborted
+  // the group: its arrival must not let this rank complete the op as if nothing happened.
   for (int r : others_)
-    if (ctl_[r]->barrier_seq.load(std::memory_order_acquire) < seq_) late.push_back(r);
-  engine_.wait_until(arrived, late);
+    if (ctl_[r]->state.load(std::memory_order_acquire) == 1) 
+      engine_.fail_peer(r, std::string("rank ") + std::to_string(r) + " aborted: " +
+                               std::string(ctl_[r]->reason, strnlen(ctl_[r]->reason, sizeof ctl_[r]->reason)));
 }
 
 }  // namespace shoal
