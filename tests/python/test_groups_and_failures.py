@@ -75,6 +75,30 @@ def w_split_and_subgroups_by_enumeration(rank, n):
     assert t.item() == 5.0
 
 
+def w_pg_options(rank, n):
+    import shoal.torch
+
+    opts = shoal.torch.Options()
+    opts.transport = "tcp"
+    opts.tcp_streams = 2
+    g = dist.new_group(list(range(n)), pg_options=opts)
+    be = g._get_backend(torch.device("cpu"))
+    assert be.options.transport == "tcp" and be.options.tcp_streams == 2
+    tr = be.transports()
+    assert all(t == "tcp" for i, t in enumerate(tr) if i != rank), tr
+    t = torch.full((100_000,), float(rank))
+    dist.all_reduce(t, group=g)
+    assert torch.all(t == n * (n - 1) / 2)
+    c = torch.complex(torch.ones(4), torch.full((4,), float(rank)))
+    dist.all_reduce(c, group=g)  # torch reduces complex as float pairs
+    assert torch.equal(c, torch.complex(torch.full((4,), float(n)), torch.full((4,), n * (n - 1) / 2)))
+    dist.destroy_process_group(g)
+
+
+def test_pg_options_tcp_transport(group):
+    group.run(w_pg_options)
+
+
 def test_subgroups(group):
     group.run(w_subgroups)
 
