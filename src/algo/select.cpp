@@ -22,19 +22,6 @@ constexpr size_t kReduceBinomialBelow = SIZE_MAX;               // reduce: mst e
 constexpr size_t kAllgatherRdBelow = size_t(8) << 20;           // allgather: rd below, ring above
 constexpr size_t kReduceScatterHalvingBelow = 0;                // reduce_scatter: ring everywhere (halving never won)
 
-const char* name_of(Algo a) {
-  switch (a) {
-    case Algo::automatic: return "auto";
-    case Algo::ring: return "ring";
-    case Algo::bde: return "bde";
-    case Algo::mst: return "mst";
-    case Algo::direct: return "direct";
-    case Algo::rd: return "rd";
-    case Algo::scatter_allgather: return "scatter_allgather";
-  }
-  return "?";
-}
-
 // The algorithms each op has (direct also needs shm_all).
 bool has(OpKind k, Algo a) {
   switch (k) {
@@ -55,7 +42,7 @@ bool has(OpKind k, Algo a) {
 std::string list_of(OpKind k) {
   std::string s;
   for (Algo a : {Algo::ring, Algo::bde, Algo::mst, Algo::direct, Algo::rd, Algo::scatter_allgather})
-    if (has(k, a)) s += (s.empty() ? "" : ", ") + std::string(name_of(a));
+    if (has(k, a)) s += (s.empty() ? "" : ", ") + std::string(algo_name(a));
   return s;
 }
 
@@ -84,7 +71,7 @@ Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, bool shm_a
       throw InvalidArgument(std::string(op_kind_name(kind)) + ": unknown algorithm " +
                             std::to_string(static_cast<int>(requested)));
     if (!has(kind, requested))
-      throw InvalidArgument(std::string(op_kind_name(kind)) + ": algorithm '" + name_of(requested) +
+      throw InvalidArgument(std::string(op_kind_name(kind)) + ": algorithm '" + algo_name(requested) +
                             "' does not apply (it has: " + list_of(kind) + ")");
     if (requested == Algo::direct && !shm_all)
       throw InvalidArgument(std::string(op_kind_name(kind)) +

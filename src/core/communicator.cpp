@@ -86,6 +86,7 @@ struct Communicator::Impl {
   // gets the op run in the background.
   WorkPtr submit(std::string name, std::function<void(const WorkPtr&)> run, bool collective = false);
   void run_claimed(const Work* w);
+  WorkPtr p2p(Request::Dir dir, void* buf, size_t count, DType dt, int peer, uint64_t tag);
   void check_open() const {
     if (engine->aborted()) throw PeerError("group '" + opts.group_name + "' is aborted: " + engine->abort_reason());
   }
@@ -323,36 +324,32 @@ void Communicator::Impl::loop() {
 
 // ---- point to point ----
 
-WorkPtr Communicator::send(const void* buf, size_t count, DType dt, int peer, uint64_t tag) {
-  auto& m = *impl_;
-  size_t bytes = Impl::bytes_of(count, dt, "send");
-  m.check_rank(peer, "send", "destination");
-  if (peer == m.rank) throw InvalidArgument("send: destination is this rank (" + std::to_string(peer) + ")");
-  Impl::check_buf(buf, count, "send", "buffer");
-  m.check_open();
+WorkPtr Communicator::Impl::p2p(Request::Dir dir, void* buf, size_t count, DType dt, int peer, uint64_t tag) {
+  const bool send = dir == Request::Dir::send;
+  const char* what = send ? "send" : "recv";
+  size_t bytes = bytes_of(count, dt, what);
+  check_rank(peer, what, send ? "destination" : "source");
+  if (peer == rank)
+    throw InvalidArgument(std::string(what) + ": " + (send ? "destination" : "source") + " is this rank (" +
+                          std::to_string(peer) + ")");
+  check_buf(buf, count, what, "buffer");
+  check_open();
+  // Posted in the background (pending), so a send and a receive issued back to back by two
+  // ranks cannot deadlock each other; the tag and dtype are part of the frame's signature.
   uint64_t sig = mix(mix(0x5032505ull, tag), static_cast<uint64_t>(dt));
-  return m.submit("send", [&m, buf, bytes, peer, sig](const WorkPtr& w) {
-    m.pending.push_back(Impl::P2P{Request{Request::Dir::send, peer, static_cast<uint8_t*>(const_cast<void*>(buf)), bytes, sig, "send"},
-                                  w, Clock::now() + m.opts.timeout});
-    m.npending.fetch_add(1);
-    m.engine->post(&m.pending.back().req);
+  return submit(what, [this, dir, buf, bytes, peer, sig, what](const WorkPtr& w) {
+    pending.push_back(P2P{Request{dir, peer, static_cast<uint8_t*>(buf), bytes, sig, what}, w, Clock::now() + opts.timeout});
+    npending.fetch_add(1);
+    engine->post(&pending.back().req);
   });
 }
 
+WorkPtr Communicator::send(const void* buf, size_t count, DType dt, int peer, uint64_t tag) {
+  return impl_->p2p(Request::Dir::send, const_cast<void*>(buf), count, dt, peer, tag);
+}
+
 WorkPtr Communicator::recv(void* buf, size_t count, DType dt, int peer, uint64_t tag) {
-  auto& m = *impl_;
-  size_t bytes = Impl::bytes_of(count, dt, "recv");
-  m.check_rank(peer, "recv", "source");
-  if (peer == m.rank) throw InvalidArgument("recv: source is this rank (" + std::to_string(peer) + ")");
-  Impl::check_buf(buf, count, "recv", "buffer");
-  m.check_open();
-  uint64_t sig = mix(mix(0x5032505ull, tag), static_cast<uint64_t>(dt));
-  return m.submit("recv", [&m, buf, bytes, peer, sig](const WorkPtr& w) {
-    m.pending.push_back(Impl::P2P{Request{Request::Dir::recv, peer, static_cast<uint8_t*>(buf), bytes, sig, "recv"},
-                                  w, Clock::now() + m.opts.timeout});
-    m.npending.fetch_add(1);
-    m.engine->post(&m.pending.back().req);
-  });
+  return impl_->p2p(Request::Dir::recv, buf, count, dt, peer, tag);
 }
 
 // ---- collectives ----
