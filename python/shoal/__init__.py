@@ -19,4 +19,14 @@ def torch_available() -> bool:
 
 
 if torch_available():
-    from . import torch as _torch_backend  # noqa: F401  (registers the backend)
+    try:
+        from . import torch as _torch_backend  # noqa: F401  (registers the backend)
+    except ImportError as _e:  # e.g. a torch other than the one shoal._C was built against
+        import warnings
+
+        warnings.warn(
+            f"shoal: the torch.distributed backend is unavailable ({_e}); "
+            "rebuild shoal against the installed torch (pip install --no-build-isolation .)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
