@@ -148,20 +148,22 @@ void Engine::wake() {
   (void)!write(wakefd_, &one, sizeof one);
 }
 
-void Engine::sleep(std::chrono::microseconds max) {
+void Engine::sleep(std::chrono::microseconds max, bool (*done)(void*), void* arg) {
   std::atomic<uint32_t>* bell = self_ ? &self_->doorbell : &local_bell_;
   std::atomic<uint32_t> dummy{0};
   std::atomic<uint32_t>* sleeping = self_ ? &self_->sleeping : &dummy;
   sleeping->store(1, std::memory_order_seq_cst);
   uint32_t snap = bell->load(std::memory_order_seq_cst);
-  bool moved = false;
+  // Re-check after announcing sleep and taking the snapshot: news that arrived before the
+  // snapshot is seen here; news after it changes the doorbell, so futex_wait returns at once.
+  bool ready = false;
   try {
-    moved = poll();  // re-check after announcing sleep: a ring from now on wakes us
+    ready = poll() || done(arg) || aborted();
   } catch (...) {
     sleeping->store(0);
     throw;
   }
-  if (!moved && !aborted()) {
+  if (!ready) {
     if (any_tcp_) {
       bool shm_busy = false;
       for (auto& l : links_)
@@ -240,7 +242,7 @@ void Engine::wait_loop(const std::vector<int>& waiting_for, bool (*done)(void*),
     }
     if (done(arg)) return;
     auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline_ - now);
-    sleep(std::min<std::chrono::microseconds>(left, kMaxSleep));
+    sleep(std::min<std::chrono::microseconds>(left, kMaxSleep), done, arg);
     spin_start = Clock::now() - spin_ + std::chrono::microseconds(spin_.count() / 4);  // short re-spin
   }
 }

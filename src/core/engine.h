@@ -48,9 +48,6 @@ class Engine {
   void wait_until(F done, const std::vector<int>& waiting_for);
   // One progress pass over every busy link; true if anything moved. Throws like wait().
   bool poll();
-  // Sleep until news may have arrived, at most `max`: a peer rang the doorbell, a socket
-  // became ready, wake() was called, or time passed.
-  void sleep(std::chrono::microseconds max);
   void wake();  // from any thread: interrupt sleep()
   // Rings a same-host peer's doorbell (after writing into its ring or freeing space in ours).
   static void ring(ShmControl* c);
@@ -78,6 +75,9 @@ class Engine {
 
  private:
   void wait_loop(const std::vector<int>& waiting_for, bool (*done)(void*), void* arg);
+  // Sleeps until news may have arrived, at most `max`: a peer rang the doorbell, a socket became
+  // ready, wake() was called, or time passed. Returns at once if done() already holds.
+  void sleep(std::chrono::microseconds max, bool (*done)(void*), void* arg);
   [[noreturn]] void fail_timeout(const std::vector<int>& waiting_for);
 
   std::vector<std::unique_ptr<Link>> links_;
