@@ -66,6 +66,7 @@ const char* algo_str(Algo a) {
     case Algo::direct: return "direct";
     case Algo::rd: return "rd";
     case Algo::scatter_allgather: return "scatter_allgather";
+    case Algo::linear: return "linear";
   }
   return "?";
 }
@@ -211,6 +212,7 @@ std::vector<Algo> algos_for(const std::string& family, bool shm) {
   if (family == "allgather") v = {Algo::ring, Algo::rd, Algo::direct, Algo::automatic};
   if (family == "allgatherv") v = {Algo::ring, Algo::automatic};
   if (family == "reduce_scatter") v = {Algo::ring, Algo::rd, Algo::direct, Algo::automatic};
+  if (family == "gather_scatter") v = {Algo::mst, Algo::linear, Algo::direct, Algo::automatic};
   if (!shm) v.erase(std::remove(v.begin(), v.end(), Algo::direct), v.end());
   return v;
 }
@@ -365,32 +367,34 @@ void family_reduce_scatter(Suite& s, bool shm) {
   }
 }
 
-void family_gather_scatter(Suite& s, bool) {
+void family_gather_scatter(Suite& s, bool shm) {
+  for (Algo a : algos_for("gather_scatter", shm)) {
   int k = 0;
   for_data_cases([&](DType dt, size_t count, bool large) {
     if (large) count = block_large(s.n);
     const int root = (k++ * 5 + 1) % s.n;
     const bool is_root = s.rank == root;
-    s.run(desc_of("gather", Algo::automatic, dt, nullptr, count, root), [&]() -> std::string {
+    s.run(desc_of("gather", a, dt, nullptr, count, root), [&]() -> std::string {
       const uint64_t seed = s.seed();
       const size_t total = count * size_t(s.n);
       Buf in(dt, count), out(dt, total), expect(dt, total);
       fill_data(dt, in.data(), count, seed + s.rank);
-      s.c.gather(in.data(), is_root ? out.data() : nullptr, count, dt, root)->wait();
+      s.c.gather(in.data(), is_root ? out.data() : nullptr, count, dt, root, {a})->wait();
       if (!is_root) return in.guards();
       for (int r = 0; r < s.n; ++r) fill_data(dt, expect.data() + r * count * esize(dt), count, seed + r);
       return first_err({compare_buffers(dt, out.data(), expect.data(), total), in.guards(), out.guards()});
     });
-    s.run(desc_of("scatter", Algo::automatic, dt, nullptr, count, root), [&]() -> std::string {
+    s.run(desc_of("scatter", a, dt, nullptr, count, root), [&]() -> std::string {
       const uint64_t seed = s.seed();
       const size_t total = count * size_t(s.n);
       Buf in(dt, total), out(dt, count), expect(dt, count);
       if (is_root) fill_data(dt, in.data(), total, seed);
       fill_data_at(dt, expect.data(), count, seed, size_t(s.rank) * count);
-      s.c.scatter(is_root ? in.data() : nullptr, out.data(), count, dt, root)->wait();
+      s.c.scatter(is_root ? in.data() : nullptr, out.data(), count, dt, root, {a})->wait();
       return first_err({compare_buffers(dt, out.data(), expect.data(), count), in.guards(), out.guards()});
     });
   });
+  }
 }
 
 size_t a2av_count(int pattern, int from, int to, int n) {

@@ -24,6 +24,7 @@ enum class Algo : uint8_t {
   direct,     // single host: through shared memory, every rank reading its peers' segments
   rd,         // allgather: recursive doubling / Bruck; reduce-scatter: recursive halving
   scatter_allgather,  // broadcast: binomial scatter + ring allgather (large messages)
+  linear,     // gather, scatter: the root exchanges with every rank directly (large messages)
 };
 const char* algo_name(Algo a);
 Algo parse_algo(const std::string& s);  // "auto", "ring", ...; throws InvalidArgument

@@ -93,6 +93,7 @@ void gather(Ctx& c, Algo a, const void* in, void* out, size_t count, int root) {
   if (c.size == 1) return copy_bytes(out, in, count * c.esize);
   switch (a) {
     case Algo::mst: gather_binomial(c, in, out, count, root); break;
+    case Algo::linear: gather_linear(c, in, out, count, root); break;
     case Algo::direct: gather_direct(c, in, out, count, root); break;
     default: unreachable(OpKind::gather, a);
   }
@@ -104,6 +105,7 @@ void scatter(Ctx& c, Algo a, const void* in, void* out, size_t count, int root) 
   if (c.size == 1) return copy_bytes(out, in, count * c.esize);
   switch (a) {
     case Algo::mst: scatter_binomial(c, in, out, count, root); break;
+    case Algo::linear: scatter_linear(c, in, out, count, root); break;
     case Algo::direct: scatter_direct(c, in, out, count, root); break;
     default: unreachable(OpKind::scatter, a);
   }

@@ -21,6 +21,7 @@ constexpr size_t kBroadcastBinomialBelow = size_t(2) << 20;     // broadcast: ms
 constexpr size_t kReduceBinomialBelow = SIZE_MAX;               // reduce: mst everywhere (ring never won clearly)
 constexpr size_t kAllgatherRdBelow = size_t(8) << 20;           // allgather: rd below, ring above
 constexpr size_t kReduceScatterHalvingBelow = 0;                // reduce_scatter: ring everywhere (halving never won)
+constexpr size_t kGatherLinearFrom = size_t(64) << 10;          // gather/scatter: mst below, linear above
 
 // The algorithms each op has (direct also needs shm_all).
 bool has(OpKind k, Algo a) {
@@ -32,7 +33,7 @@ bool has(OpKind k, Algo a) {
     case OpKind::allgatherv: return a == Algo::ring || a == Algo::rd || a == Algo::direct;
     case OpKind::reduce_scatter: return a == Algo::ring || a == Algo::rd || a == Algo::direct;
     case OpKind::gather:
-    case OpKind::scatter: return a == Algo::mst || a == Algo::direct;
+    case OpKind::scatter: return a == Algo::mst || a == Algo::linear || a == Algo::direct;
     case OpKind::alltoallv: return a == Algo::ring;
     case OpKind::barrier: return a == Algo::rd || a == Algo::direct;
   }
@@ -41,7 +42,7 @@ bool has(OpKind k, Algo a) {
 
 std::string list_of(OpKind k) {
   std::string s;
-  for (Algo a : {Algo::ring, Algo::bde, Algo::mst, Algo::direct, Algo::rd, Algo::scatter_allgather})
+  for (Algo a : {Algo::ring, Algo::bde, Algo::mst, Algo::direct, Algo::rd, Algo::scatter_allgather, Algo::linear})
     if (has(k, a)) s += (s.empty() ? "" : ", ") + std::string(algo_name(a));
   return s;
 }
@@ -67,7 +68,7 @@ Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, bool shm_a
   if (static_cast<unsigned>(kind) > static_cast<unsigned>(OpKind::barrier))
     throw InvalidArgument("choose_algo: unknown op kind " + std::to_string(static_cast<int>(kind)));
   if (requested != Algo::automatic) {
-    if (static_cast<unsigned>(requested) > static_cast<unsigned>(Algo::scatter_allgather))
+    if (static_cast<unsigned>(requested) > static_cast<unsigned>(Algo::linear))
       throw InvalidArgument(std::string(op_kind_name(kind)) + ": unknown algorithm " +
                             std::to_string(static_cast<int>(requested)));
     if (!has(kind, requested))
@@ -96,7 +97,9 @@ Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, bool shm_a
       if (shm_all) return Algo::direct;
       return bytes < kReduceScatterHalvingBelow ? Algo::rd : Algo::ring;
     case OpKind::gather:
-    case OpKind::scatter: return shm_all ? Algo::direct : Algo::mst;
+    case OpKind::scatter:
+      if (shm_all) return Algo::direct;
+      return bytes < kGatherLinearFrom ? Algo::mst : Algo::linear;
     case OpKind::alltoallv: return Algo::ring;
     case OpKind::barrier: return shm_all ? Algo::direct : Algo::rd;
   }
