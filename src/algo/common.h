@@ -129,6 +129,7 @@ void gather_binomial(Ctx& c, const void* in, void* out, size_t count, int root);
 void scatter_binomial(Ctx& c, const void* in, void* out, size_t count, int root);
 void gather_linear(Ctx& c, const void* in, void* out, size_t count, int root);
 void scatter_linear(Ctx& c, const void* in, void* out, size_t count, int root);
+void broadcast_linear(Ctx& c, void* buf, size_t count, int root);
 void alltoallv_pairwise(Ctx& c, const void* in, const std::vector<size_t>& send_counts, void* out,
                         const std::vector<size_t>& recv_counts);
 void barrier_dissemination(Ctx& c);

@@ -41,6 +41,7 @@ void broadcast(Ctx& c, Algo a, void* buf, size_t count, int root) {
     case Algo::mst: broadcast_binomial(c, buf, count, root); break;
     case Algo::ring: broadcast_chain(c, buf, count, root); break;
     case Algo::scatter_allgather: broadcast_scatter_allgather(c, buf, count, root); break;
+    case Algo::linear: broadcast_linear(c, buf, count, root); break;
     case Algo::direct: broadcast_direct(c, buf, count, root); break;
     default: unreachable(OpKind::broadcast, a);
   }

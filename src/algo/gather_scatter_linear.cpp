@@ -38,3 +38,24 @@ void scatter_linear(Ctx& c, const void* in, void* out, size_t count, int root) {
 }
 
 }  // namespace shoal::algo
+
+namespace shoal::algo {
+
+// Linear broadcast: the root sends the whole vector to every rank, all sends posted at once.
+// Cost: (p-1)·α + (p-1)·n·β at the root. Worse than scatter+allgather when the root's link is the
+// bottleneck (separate hosts), but it moves the fewest bytes in total — (p-1)·n against
+// scatter+allgather's (p-1)/p·n·(p+1) — which is what counts when the ranks share one host's
+// CPUs and every byte over TCP costs two kernel copies (measured: docs/algorithms.md).
+void broadcast_linear(Ctx& c, void* buf, size_t count, int root) {
+  const size_t n = count * c.esize;
+  if (c.rank != root) {
+    c.recv(root, buf, n);
+    return;
+  }
+  std::vector<Request*> reqs;
+  for (int j = 0; j < c.size; ++j)
+    if (j != root) reqs.push_back(c.isend(j, buf, n));
+  c.wait(reqs);
+}
+
+}  // namespace shoal::algo

@@ -28,7 +28,8 @@ bool has(OpKind k, Algo a) {
   switch (k) {
     case OpKind::allreduce: return a == Algo::ring || a == Algo::bde || a == Algo::mst || a == Algo::direct;
     case OpKind::broadcast:
-      return a == Algo::mst || a == Algo::ring || a == Algo::scatter_allgather || a == Algo::direct;
+      return a == Algo::mst || a == Algo::ring || a == Algo::scatter_allgather || a == Algo::linear ||
+             a == Algo::direct;
     case OpKind::reduce: return a == Algo::mst || a == Algo::ring || a == Algo::direct;
     case OpKind::allgatherv: return a == Algo::ring || a == Algo::rd || a == Algo::direct;
     case OpKind::reduce_scatter: return a == Algo::ring || a == Algo::rd || a == Algo::direct;
