@@ -18,12 +18,16 @@ namespace shoal {
 enum class OpKind : uint8_t { allreduce, broadcast, reduce, allgatherv, reduce_scatter, gather, scatter, alltoallv, barrier };
 const char* op_kind_name(OpKind k);
 
+// Where the ranks are: every rank on this host over shared memory (ctx.shm() non-null); every
+// rank on this host but talking TCP (SHOAL_TRANSPORT=tcp), where all bytes cost the same CPUs;
+// or on several hosts.
+enum class Topo : uint8_t { shm, one_host_tcp, hosts };
+
 // The algorithm that runs `kind` for a message of `bytes` (allgatherv: the total) among `size`
 // ranks. `requested` is the per-call choice (or SHOAL_ALGO, applied by the caller); automatic
-// picks from the measured table in docs/algorithms.md. `shm_all` is true when every rank is on
-// this host over shared memory (ctx.shm() non-null). A requested algorithm that does not apply
+// picks from the measured table in docs/algorithms.md. A requested algorithm that does not apply
 // to the op or topology throws InvalidArgument. Pure: the same answer on every rank.
-Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, bool shm_all);
+Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo);
 
 void allreduce(Ctx& c, Algo a, const void* in, void* out, size_t count);
 void broadcast(Ctx& c, Algo a, void* buf, size_t count, int root);

@@ -11,7 +11,7 @@ namespace {
 using namespace algo;
 
 Algo resolve(Ctx& c, OpKind k, Algo a, size_t bytes) {
-  return choose_algo(k, a, bytes, c.size, c.shm() != nullptr);
+  return choose_algo(k, a, bytes, c.size, c.shm() ? Topo::shm : Topo::hosts);
 }
 
 [[noreturn]] void unreachable(OpKind k, Algo a) {

@@ -17,7 +17,8 @@ constexpr size_t kAllreduceMstBelow = size_t(32) << 10;         // allreduce: ms
 constexpr size_t kAllreduceBdeUpTo = size_t(8) << 20;           //   bde up to this (p = 2^k), ring above
 constexpr size_t kAllreduceBdeUpToOddP = size_t(256) << 10;     //   bde up to this otherwise
 // The rest, measured the same way (4 ranks over TCP; docs/algorithms.md has the tables).
-constexpr size_t kBroadcastBinomialBelow = size_t(2) << 20;     // broadcast: mst below, scatter_allgather above
+constexpr size_t kBroadcastBinomialBelow = size_t(2) << 20;     // broadcast: mst below; above scatter_allgather
+                                                                //   (one host over TCP: linear, fewest bytes)
 constexpr size_t kReduceBinomialBelow = SIZE_MAX;               // reduce: mst everywhere (ring never won clearly)
 constexpr size_t kAllgatherRdBelow = size_t(8) << 20;           // allgather: rd below, ring above
 constexpr size_t kReduceScatterHalvingBelow = 0;                // reduce_scatter: ring everywhere (halving never won)
@@ -65,7 +66,8 @@ const char* op_kind_name(OpKind k) {
   return "op";
 }
 
-Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, bool shm_all) {
+Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo) {
+  const bool shm_all = topo == Topo::shm;
   if (static_cast<unsigned>(kind) > static_cast<unsigned>(OpKind::barrier))
     throw InvalidArgument("choose_algo: unknown op kind " + std::to_string(static_cast<int>(kind)));
   if (requested != Algo::automatic) {
@@ -87,7 +89,8 @@ Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, bool shm_a
       return bytes <= ((size & (size - 1)) == 0 ? kAllreduceBdeUpTo : kAllreduceBdeUpToOddP) ? Algo::bde : Algo::ring;
     case OpKind::broadcast:
       if (shm_all) return Algo::direct;
-      return bytes < kBroadcastBinomialBelow ? Algo::mst : Algo::scatter_allgather;
+      if (bytes < kBroadcastBinomialBelow) return Algo::mst;
+      return topo == Topo::one_host_tcp ? Algo::linear : Algo::scatter_allgather;
     case OpKind::reduce:
       if (shm_all) return Algo::direct;
       return bytes < kReduceBinomialBelow ? Algo::mst : Algo::ring;

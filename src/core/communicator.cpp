@@ -106,11 +106,11 @@ struct Communicator::Impl {
   Algo pick(OpKind kind, Algo requested, size_t bytes) const {
     if (requested == Algo::automatic && default_algo != Algo::automatic) {
       try {
-        return choose_algo(kind, default_algo, bytes, size, topo.shm_all);
+        return choose_algo(kind, default_algo, bytes, size, topo.topo);
       } catch (const InvalidArgument&) {  // SHOAL_ALGO names an algorithm this op does not have
       }
     }
-    return choose_algo(kind, requested, bytes, size, topo.shm_all);
+    return choose_algo(kind, requested, bytes, size, topo.topo);
   }
   uint64_t signature(OpKind kind, DType dt, ReduceOp op, size_t count, int root, Algo algo, uint64_t extra) {
     uint64_t h = mix(mix(mix(static_cast<uint64_t>(kind), static_cast<uint64_t>(dt)), static_cast<uint64_t>(op)), count);

@@ -3,6 +3,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -93,6 +94,11 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   }
   const std::string short_id = id.substr(0, 16);
 
+  // Whether every rank runs on this host (the choice of algorithm differs when all TCP bytes
+  // cost the same CPUs).
+  const auto host_ids = all_gather(store, "hostid", rank, size, host_identity(), timeout);
+  const bool one_host = std::all_of(host_ids.begin(), host_ids.end(), [&](auto& h) { return h == host_ids[0]; });
+
   std::vector<bool> shm_pair(size, false);
   if (opts.transport != TransportKind::tcp) {
     ShmSegment::remove_stale_segments();
@@ -164,6 +170,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   topo.shm_all = opts.transport != TransportKind::tcp;
   for (int r = 0; r < size; ++r)
     if (r != rank && !shm_pair[r]) topo.shm_all = false;
+  topo.topo = topo.shm_all ? Topo::shm : one_host ? Topo::one_host_tcp : Topo::hosts;
   std::string summary;
   for (int r = 0; r < size; ++r) summary += " " + topo.transport[r];
   SHOAL_LOG(info, "group ready: rank %d of %d, transports:%s", rank, size, summary.c_str());

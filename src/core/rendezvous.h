@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "algo/algorithms.h"
 #include "core/engine.h"
 #include "shoal/communicator.h"
 #include "transport/shm_segment.h"
@@ -16,6 +17,7 @@ struct Topology {
   std::vector<ShmSegment> segs;         // by rank: mapped where the pair uses shm (and our own)
   std::vector<std::string> transport;   // by rank: "self", "shm" or "tcp"
   bool shm_all = false;                 // every rank reachable through shared memory
+  Topo topo = Topo::hosts;              // for the automatic choice of algorithm
 };
 
 // `store` is already prefixed for this instance of the group; `advertise_host` is the address
