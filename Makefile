@@ -34,7 +34,7 @@ build: deps
 	cmake --build $(BUILD) -j$(JOBS)
 
 test: setup build
-	cd $(BUILD) && ctest --output-on-failure --timeout 600
+	cd $(BUILD) && ctest --output-on-failure --timeout 600 -j$(JOBS)
 	$(MAKE) test-python
 
 demo: setup build
