@@ -37,10 +37,14 @@ test: setup build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600 -j$(JOBS)
 	$(MAKE) test-python
 
-demo: setup build
+demo: setup build python-install
 	@for op in allreduce allgather broadcast; do \
 	  $(BUILD)/shoal-bench $$op -n 4 -b 4K -e 16M -f 16 --check --vs gloo || exit 1; echo; \
 	done
+	$(PY) -m shoal.demo -n 4 --backends shoal,gloo --epochs 20
+	@echo
+	$(PY) -m shoal.bench --backends shoal,gloo --ops all_reduce,all_gather,broadcast,reduce_scatter,all_to_all \
+	  -n 4 -b 4K -e 16M -f 16 --ddp
 
 include mk/python.mk
 
