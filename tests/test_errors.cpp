@@ -116,10 +116,11 @@ TEST_P(InvalidArgs, RaiseOnCallerOnly) {
       if (!e.empty()) failures.push_back(std::string(what) + ": expected InvalidArgument, got " + e);
     };
     if (me != 1) {
-      for (int r : {-1, n, 1000}) {
+      for (int r : {-1, -2, n, 1000}) {
         const std::string rs = std::to_string(r);
         invalid(("send peer " + rs).c_str(), [&] { return c.send(A, 4, f, r); });
-        invalid(("recv peer " + rs).c_str(), [&] { return c.recv(B, 4, f, r); });
+        if (r != Communicator::kAnySource)  // recv from -1 is a receive from any source
+          invalid(("recv peer " + rs).c_str(), [&] { return c.recv(B, 4, f, r); });
         invalid(("broadcast root " + rs).c_str(), [&] { return c.broadcast(B, 4, f, r); });
         invalid(("reduce root " + rs).c_str(), [&] { return c.reduce(A, B, 4, f, sum, r); });
         invalid(("gather root " + rs).c_str(), [&] { return c.gather(A, B, 4, f, r); });

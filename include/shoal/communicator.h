@@ -62,6 +62,9 @@ class Communicator {
   std::string transport_to(int peer) const;
 
   // Point to point. Messages between a pair of ranks are matched in order; the tag must match too.
+  // recv from kAnySource takes the first message that arrives with this tag and dtype from any
+  // rank (Work::source() says which).
+  static constexpr int kAnySource = -1;
   WorkPtr send(const void* buf, size_t count, DType dt, int peer, uint64_t tag = 0);
   WorkPtr recv(void* buf, size_t count, DType dt, int peer, uint64_t tag = 0);
 

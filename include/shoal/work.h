@@ -1,5 +1,6 @@
 // The handle of an op submitted to a communicator.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -19,6 +20,9 @@ class Work {
   bool test() const;                 // complete (successfully or not), without blocking
   std::exception_ptr error() const;  // null while pending or on success
   const std::string& name() const { return name_; }
+  // The rank a completed recv received from (for Communicator::kAnySource); -1 otherwise.
+  int source() const { return source_.load(); }
+  void set_source(int r) { source_.store(r); }  // for the core
   // Called once when the op finishes, on the progress thread (or at once if already finished).
   void on_complete(std::function<void()> fn);
 
@@ -36,6 +40,7 @@ class Work {
   std::exception_ptr error_;
   std::function<void()> callback_;
   std::function<void()> helper_;
+  std::atomic<int> source_{-1};
 };
 
 }  // namespace shoal

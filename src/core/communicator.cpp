@@ -78,6 +78,7 @@ struct Communicator::Impl {
   void loop();
   void run_one(Op& op);
   void sweep_p2p();
+  bool match_any_source();  // posts pending any-source receives whose message has arrived
   void fail_all(std::exception_ptr e);
   // Queues the op. A collective's Work gets a helper: a caller that waits on it while it is
   // still first in the queue, with nothing running or in flight, runs it on its own thread.
@@ -238,7 +239,28 @@ void Communicator::Impl::fail_all(std::exception_ptr e) {
   for (auto& op : q) op.work->finish(e);
 }
 
+bool Communicator::Impl::match_any_source() {
+  bool matched = false;
+  for (auto& p : pending) {
+    if (p.req.peer != kAnySource) continue;
+    for (int k = 1; k < size; ++k) {
+      const int r = (rank + k) % size;
+      FrameHeader h;
+      Link* l = engine->link(r);
+      if (l && l->peek(&h) && h.sig == p.req.sig) {  // same tag and dtype: this message is ours
+        p.req.peer = r;
+        p.work->set_source(r);
+        engine->post(&p.req);
+        matched = true;
+        break;
+      }
+    }
+  }
+  return matched;
+}
+
 void Communicator::Impl::sweep_p2p() {
+  match_any_source();
   for (auto it = pending.begin(); it != pending.end();) {
     if (it->req.complete) {
       it->work->finish(nullptr);
@@ -302,11 +324,13 @@ void Communicator::Impl::loop() {
       std::vector<int> peers;
       for (auto& p : pending) {
         deadline = std::min(deadline, p.deadline);
-        peers.push_back(p.req.peer);
+        for (int r = 0; r < size; ++r)
+          if (r != rank && (p.req.peer == r || p.req.peer == kAnySource)) peers.push_back(r);
       }
       engine->begin_op(pending.front().req.what, deadline);
       engine->wait_until(
           [&] {
+            if (match_any_source()) return true;
             for (auto& p : pending)
               if (p.req.complete) return true;
             if (queued.load() > 0) return true;
@@ -328,7 +352,8 @@ WorkPtr Communicator::Impl::p2p(Request::Dir dir, void* buf, size_t count, DType
   const bool send = dir == Request::Dir::send;
   const char* what = send ? "send" : "recv";
   size_t bytes = bytes_of(count, dt, what);
-  check_rank(peer, what, send ? "destination" : "source");
+  const bool any = !send && peer == kAnySource;
+  if (!any) check_rank(peer, what, send ? "destination" : "source");
   if (peer == rank)
     throw InvalidArgument(std::string(what) + ": " + (send ? "destination" : "source") + " is this rank (" +
                           std::to_string(peer) + ")");
@@ -340,6 +365,8 @@ WorkPtr Communicator::Impl::p2p(Request::Dir dir, void* buf, size_t count, DType
   return submit(what, [this, dir, buf, bytes, peer, sig, what](const WorkPtr& w) {
     pending.push_back(P2P{Request{dir, peer, static_cast<uint8_t*>(buf), bytes, sig, what}, w, Clock::now() + opts.timeout});
     npending.fetch_add(1);
+    if (peer == kAnySource) return;  // posted to a link once its message is seen (match_any_source)
+    if (dir == Request::Dir::recv) w->set_source(peer);
     engine->post(&pending.back().req);
   });
 }

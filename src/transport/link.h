@@ -49,6 +49,9 @@ class Link {
   // Tells the peer this rank is gone (best effort, never throws).
   virtual void close() noexcept = 0;
   virtual const char* kind() const = 0;  // "shm" or "tcp"
+  // With no receive posted: whether the header of the next message from the peer has arrived,
+  // without consuming it (for receives from any source, which look before they post).
+  virtual bool peek(FrameHeader* h) = 0;
 };
 
 }  // namespace shoal

@@ -54,6 +54,12 @@ void ShmLink::check_peer(const Request* r) const {
                     std::string(peer_ctl_->reason, strnlen(peer_ctl_->reason, sizeof peer_ctl_->reason)));
 }
 
+bool ShmLink::peek(FrameHeader* h) {
+  if (!recvs_.empty() || in_->head.load(std::memory_order_acquire) - in_tail_ < sizeof(FrameHeader)) return false;
+  copy_out(reinterpret_cast<uint8_t*>(h), in_data_, cap_, in_tail_, sizeof *h);
+  return true;
+}
+
 bool ShmLink::progress() {
   bool moved = false;
   if (!sends_.empty()) moved |= progress_send();

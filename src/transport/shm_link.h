@@ -19,6 +19,7 @@ class ShmLink : public Link {
   bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
   void close() noexcept override {}
   const char* kind() const override { return "shm"; }
+  bool peek(FrameHeader* h) override;
 
  private:
   bool progress_send();

@@ -164,6 +164,11 @@ class TcpLink final : public Link {
   }
 
   bool busy() const override { return !sendq_.empty() || !recvq_.empty(); }
+  bool peek(FrameHeader* h) override {
+    // With nothing posted, stream 0 is at a frame boundary: every message has its first part there.
+    if (!recvq_.empty() || recv_[0].fd < 0) return false;
+    return ::recv(recv_[0].fd, h, sizeof *h, MSG_PEEK | MSG_DONTWAIT) == static_cast<ssize_t>(sizeof *h);
+  }
 
   void close() noexcept override {
     if (closed_) return;
