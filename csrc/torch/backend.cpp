@@ -256,6 +256,11 @@ WorkShoal::WorkShoal(int rank, c10d::OpType type, const char* profiling_title, c
 WorkShoal::~WorkShoal() = default;
 
 int WorkShoal::sourceRank() const {
+  if (any_source_) {
+    TORCH_CHECK(*any_source_ && (*any_source_)->source() >= 0,
+                "shoal: sourceRank() of a receive from any source is known once it completes");
+    return (*any_source_)->source();
+  }
   TORCH_CHECK(source_rank_ >= 0, "shoal: sourceRank() is only defined for recv");
   return source_rank_;
 }
@@ -819,9 +824,20 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::recv(std::vector<at::Tensor>& tenso
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  TORCH_CHECK(false,
-              "shoal: receiving from any source (recv/irecv without src) is not supported: shoal matches each "
-              "message to its sender; pass src=<rank>");
+  const at::Tensor& t = single(tensors, "recv");
+  Move m = move_type(t);
+  size_t n = elems(t, m);
+  Builder b;
+  at::Tensor buf = b.out(t);
+  uint64_t tg = static_cast<uint64_t>(static_cast<int64_t>(tag));
+  auto recv = std::make_shared<shoal::WorkPtr>();
+  b.op([=](shoal::Communicator& c) {
+    *recv = c.recv(buf.data_ptr(), n, m.dt, shoal::Communicator::kAnySource, tg);
+    return *recv;
+  });
+  auto work = launch(c10d::OpType::RECVANYSOURCE, "shoal:recv_anysource", tensors, tensors, b, -1);
+  if (auto* w = dynamic_cast<WorkShoal*>(work.get())) w->set_any_source(recv);
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::barrier(const c10d::BarrierOptions& opts) {

@@ -69,6 +69,8 @@ class WorkShoal : public c10d::Work {
     std::vector<std::function<void()>> finalize;  // copy-backs, on success, in order
   };
   void start(Plan plan, const std::vector<shoal::WorkPtr>& parts);
+  // A receive from any source learns its sender from the shoal Work once it completes.
+  void set_any_source(std::shared_ptr<shoal::WorkPtr> recv) { any_source_ = std::move(recv); }
 
  private:
   void part_done(std::exception_ptr err);
@@ -79,6 +81,7 @@ class WorkShoal : public c10d::Work {
   std::string context_;               // "allreduce on rank 1 of group '0' (4 ranks)"
   uint64_t seq_;
   int source_rank_;
+  std::shared_ptr<shoal::WorkPtr> any_source_;
   std::shared_ptr<Completer> completer_;
 
   std::mutex part_mu_;

@@ -41,12 +41,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # torch's own decorators and are not listed here; the child's report (-rs) names them.
 # ------------------------------------------------------------------------------------------------
 SKIPS: dict[str, str] = {
-    # recv from any source: shoal matches every message to its sender (documented in docs/torch.md);
-    # the backend raises a clear RuntimeError instead.
-    "test_send_recv_any_source": "recv without src (any source) is not supported by shoal",
-    "test_send_recv_any_source_autograd_profiler": "recv without src (any source) is not supported by shoal",
-    "test_send_recv_any_source_torch_profiler": "recv without src (any source) is not supported by shoal",
-    "test_irecv": "recv without src (any source) is not supported by shoal",
     # torch.distributed.monitored_barrier() (Python) raises ValueError for every backend but gloo
     # before reaching the process group. shoal implements the op (ProcessGroup.monitored_barrier,
     # shoal.torch.monitored_barrier; gloo's messages): test_monitored_barrier_gloo_rank_0_timeout
@@ -175,7 +169,6 @@ if CHILD:
     DistTestCases.backend_feature["plugin"].add("shoal")
     DistTestCases.backend_feature["ddp"].add("shoal")
     DistTestCases.backend_feature["subgroup"].add("shoal")
-    DistTestCases.skip_collective["sendrecv anysource"].add("shoal")
 
     import torch.testing._internal.distributed.distributed_test as _dt  # noqa: E402
     from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
