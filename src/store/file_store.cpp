@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 #include "core/log.h"
+#include "core/le32.h"
 #include "shoal/error.h"
 #include "shoal/store.h"
 
@@ -26,15 +27,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint32_t kRecordMagic = 0x53465348;  // "HSFS"
 constexpr size_t kRecordHeader = 12;
-
-void put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t get32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
 
 // An open, locked store file; unlocks and closes when it goes away.
 class LockedFile {

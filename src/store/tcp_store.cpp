@@ -40,6 +40,7 @@
 #include <unordered_map>
 
 #include "core/log.h"
+#include "core/le32.h"
 #include "shoal/error.h"
 #include "shoal/store.h"
 
@@ -96,15 +97,6 @@ int poll_ms(TimePoint deadline) {  // rounded up, so that nobody wakes just befo
   if (left <= Clock::duration::zero()) return 0;
   auto ms = std::chrono::ceil<Millis>(left).count();
   return ms > INT_MAX ? INT_MAX : static_cast<int>(ms);
-}
-
-void put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t get32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
 }
 
 class FrameWriter {

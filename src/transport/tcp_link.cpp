@@ -1,5 +1,6 @@
 // TCP transport: set-up (connect_tcp_links) and the TCP Link. See tcp_link.h and link.h.
 #include "transport/tcp_link.h"
+#include "core/le32.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -372,20 +373,11 @@ std::string addr_string(const sockaddr_in& a) {
   return std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
 }
 
-void put_u32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t get_u32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-
 void encode_hello(uint8_t* out, const std::array<uint8_t, 32>& secret, int rank, int stream) {
-  put_u32(out, kHelloMagic);
+  put32(out, kHelloMagic);
   std::memcpy(out + 4, secret.data(), 32);
-  put_u32(out + 36, static_cast<uint32_t>(rank));
-  put_u32(out + 40, static_cast<uint32_t>(stream));
+  put32(out + 36, static_cast<uint32_t>(rank));
+  put32(out + 40, static_cast<uint32_t>(stream));
 }
 
 Millis remaining(Clock::time_point deadline) {
@@ -626,9 +618,9 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
         }
         c.got += static_cast<size_t>(n);
         if (c.got < kHelloBytes) continue;
-        uint32_t magic = get_u32(c.buf);
-        int r = static_cast<int32_t>(get_u32(c.buf + 36));
-        int s = static_cast<int32_t>(get_u32(c.buf + 40));
+        uint32_t magic = get32(c.buf);
+        int r = static_cast<int32_t>(get32(c.buf + 36));
+        int s = static_cast<int32_t>(get32(c.buf + 40));
         uint8_t diff = 0;
         for (int b = 0; b < 32; ++b) diff |= c.buf[4 + b] ^ cfg.secret[b];
         if (magic != kHelloMagic) {
