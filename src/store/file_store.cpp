@@ -18,6 +18,7 @@
 
 #include "core/log.h"
 #include "core/le32.h"
+#include "store/quote_keys.h"
 #include "shoal/error.h"
 #include "shoal/store.h"
 
@@ -131,20 +132,6 @@ void append(const LockedFile& f, const std::string& path, const Parsed& p, size_
     f.truncate(static_cast<off_t>(p.valid_end));
   }
   f.write_at(static_cast<off_t>(p.valid_end), record);
-}
-
-std::string quote_keys(const std::vector<std::string>& keys) {
-  std::string s;
-  size_t shown = 0;
-  for (auto& k : keys) {
-    if (shown == 8) {
-      s += ", ... (" + std::to_string(keys.size() - shown) + " more)";
-      break;
-    }
-    if (shown++) s += ", ";
-    s += "'" + k + "'";
-  }
-  return s;
 }
 
 Millis clamp_timeout(Millis t) {

@@ -41,6 +41,7 @@
 
 #include "core/log.h"
 #include "core/le32.h"
+#include "store/quote_keys.h"
 #include "shoal/error.h"
 #include "shoal/store.h"
 
@@ -206,20 +207,6 @@ class FrameReader {
 };
 
 std::string errno_str(int e) { return std::strerror(e); }
-
-std::string quote_keys(const std::vector<std::string>& keys) {
-  std::string s;
-  size_t shown = 0;
-  for (auto& k : keys) {
-    if (shown == 8) {
-      s += ", ... (" + std::to_string(keys.size() - shown) + " more)";
-      break;
-    }
-    if (shown++) s += ", ";
-    s += "'" + k + "'";
-  }
-  return s;
-}
 
 std::string sockaddr_ip(const sockaddr_storage& ss) {
   char buf[INET6_ADDRSTRLEN] = {0};
