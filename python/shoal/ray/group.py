@@ -1,0 +1,294 @@
+"""shoal as a ``ray.util.collective`` backend: :class:`ShoalGroup`.
+
+Each group is one shoal communicator (the C++ ``shoal._C.BackendShoal``) among the group's
+processes; numpy arrays are wrapped as torch tensors without a copy, so results land in the
+caller's array. Rendezvous goes through Ray: rank 0 starts a torch ``TCPStore`` on its node and
+publishes its address in Ray's internal KV under the group's name; the others read it there.
+The user passes no address or port.
+
+Semantics follow Ray's GLOO backend (``TorchGLOOGroup``) where that one is right:
+``reduce`` leaves the input of non-root ranks untouched; ``reducescatter`` does not modify the
+input list (GLOO's all-reduces every entry in place, a side effect we do not copy).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+import uuid
+from typing import Any, List, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from ray.util.collective.collective_group.base_collective_group import BaseGroup
+from ray.util.collective.types import (
+    AllGatherOptions,
+    AllReduceOptions,
+    BarrierOptions,
+    BroadcastOptions,
+    RecvOptions,
+    ReduceOp,
+    ReduceOptions,
+    ReduceScatterOptions,
+    SendOptions,
+)
+
+from .. import _C
+
+BACKEND = "SHOAL"
+
+_REDUCE_OPS = {
+    ReduceOp.SUM: dist.ReduceOp.SUM,
+    ReduceOp.PRODUCT: dist.ReduceOp.PRODUCT,
+    ReduceOp.MIN: dist.ReduceOp.MIN,
+    ReduceOp.MAX: dist.ReduceOp.MAX,
+}
+
+
+def default_timeout_s() -> float:
+    """Deadline of every op and of the rendezvous: SHOAL_TIMEOUT (seconds) or the core's 300 s."""
+    try:
+        return float(os.environ.get("SHOAL_TIMEOUT", "300"))
+    except ValueError:
+        return 300.0
+
+
+def rendezvous_key(group_name: str) -> str:
+    return f"shoal/rendezvous/{group_name}"
+
+
+def _kv():
+    import ray.experimental.internal_kv as internal_kv
+
+    return internal_kv
+
+
+def _form_store(group_name: str, rank: int, world_size: int, timeout_s: float) -> dist.Store:
+    """The group's TCPStore: served by rank 0, found by the others through Ray's KV."""
+    import ray
+
+    kv = _kv()
+    key = rendezvous_key(group_name)
+    deadline = time.monotonic() + timeout_s
+    if rank == 0:
+        host = ray.util.get_node_ip_address()
+        store = dist.TCPStore(host, 0, world_size, True, datetime.timedelta(seconds=timeout_s),
+                              wait_for_workers=False)
+        # The nonce tells a re-created group's ranks apart from a stale entry.
+        kv._internal_kv_put(key, f"{host}:{store.port}:{uuid.uuid4().hex}", overwrite=True)
+        return store
+    while True:
+        value = kv._internal_kv_get(key)
+        if value is not None:
+            host, port, _nonce = value.decode().rsplit(":", 2)
+            try:
+                # A short connect: a stale entry (rank 0 of an earlier group died before deleting
+                # it) refuses the connection and we read the key again.
+                store = dist.TCPStore(host, int(port), world_size, False,
+                                      datetime.timedelta(seconds=min(5.0, timeout_s)))
+                store.set_timeout(datetime.timedelta(seconds=timeout_s))
+                return store
+            except (RuntimeError, dist.DistStoreError):
+                if time.monotonic() > deadline:
+                    raise
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"shoal: rank {rank} of Ray collective group {group_name!r} found no "
+                               f"rank 0 within {timeout_s:.0f} s (is every rank initialising the group?)")
+        time.sleep(0.02)
+
+
+def _as_tensor(x: Any, what: str) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, np.ndarray):
+        if not x.dtype.isnative:
+            raise ValueError(f"shoal: {what}: numpy arrays must be in native byte order, got {x.dtype}")
+        if not x.flags.writeable:
+            raise ValueError(f"shoal: {what}: the numpy array is read-only")
+        return torch.from_numpy(x)
+    raise TypeError(f"shoal: {what}: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+
+
+def _single(tensors: Any, what: str) -> torch.Tensor:
+    """ray.util.collective passes one tensor as a one-element list."""
+    if not isinstance(tensors, (list, tuple)) or len(tensors) != 1:
+        raise ValueError(f"shoal: {what}: expected a list of one tensor (several tensors per process "
+                         f"are the *_multigpu API, which only NCCL implements)")
+    return _as_tensor(tensors[0], what)
+
+
+def _single_list(tensor_lists: Any, what: str) -> List[torch.Tensor]:
+    if not isinstance(tensor_lists, (list, tuple)) or len(tensor_lists) != 1:
+        raise ValueError(f"shoal: {what}: expected a list holding one list of tensors")
+    return [_as_tensor(t, what) for t in tensor_lists[0]]
+
+
+class _Contiguous:
+    """A contiguous stand-in for a tensor (itself when it already is); `done()` copies results back."""
+
+    def __init__(self, t: torch.Tensor):
+        self.orig = t
+        self.t = t if t.is_contiguous() else t.contiguous()
+
+    def done(self) -> None:
+        if self.t is not self.orig:
+            self.orig.copy_(self.t)
+
+
+def _timeout(opts: Any) -> Optional[datetime.timedelta]:
+    t = getattr(opts, "timeout_ms", None)
+    if isinstance(t, datetime.timedelta) and t.total_seconds() > 0:
+        return t
+    return None
+
+
+class ShoalGroup(BaseGroup):
+    """A ``ray.util.collective`` group running on shoal (shared memory on one host, TCP across)."""
+
+    def __init__(self, world_size: int, rank: int, group_name: str, timeout_s: Optional[float] = None):
+        if not isinstance(world_size, int) or world_size < 1:
+            raise ValueError(f"shoal: world_size must be a positive int, got {world_size!r}")
+        if not isinstance(rank, int) or not 0 <= rank < world_size:
+            raise ValueError(f"shoal: rank {rank!r} is not in [0, {world_size})")
+        super().__init__(world_size, rank, group_name)
+        self._timeout_s = default_timeout_s() if timeout_s is None else float(timeout_s)
+        self._store = _form_store(group_name, rank, world_size, self._timeout_s)
+        prefix = dist.PrefixStore(f"shoal/{group_name}/", self._store)
+        self._backend = _C.BackendShoal(prefix, rank, world_size,
+                                        datetime.timedelta(seconds=self._timeout_s))
+        if rank == 0:
+            # Every rank has connected (the constructor is collective): the entry has served.
+            try:
+                _kv()._internal_kv_del(rendezvous_key(group_name))
+            except Exception:  # noqa: BLE001  the GCS going away must not fail the group
+                pass
+
+    # -- BaseGroup ---------------------------------------------------------------------------
+
+    @classmethod
+    def backend(cls) -> str:
+        return BACKEND
+
+    @classmethod
+    def check_backend_availability(cls) -> bool:
+        return True
+
+    def destroy_group(self) -> None:
+        backend, self._backend = getattr(self, "_backend", None), None
+        if backend is not None:
+            backend.shutdown()
+        self._store = None
+
+    def transports(self) -> List[str]:
+        """How this rank reaches each rank: 'self', 'shm' or 'tcp'."""
+        return list(self._live().transports())
+
+    def allreduce(self, tensor, allreduce_options=AllReduceOptions()) -> None:
+        c = _Contiguous(_single(tensor, "allreduce"))
+        o = dist.AllreduceOptions()
+        o.reduceOp = self._op(allreduce_options)
+        self._run(self._live().allreduce([c.t], o), allreduce_options)
+        c.done()
+
+    def barrier(self, barrier_options=BarrierOptions()) -> None:
+        self._run(self._live().barrier(dist.BarrierOptions()), barrier_options)
+
+    def reduce(self, tensor, reduce_options=ReduceOptions()) -> None:
+        t = _single(tensor, "reduce")
+        root = self._root(reduce_options, "reduce")
+        o = dist.ReduceOptions()
+        o.reduceOp = self._op(reduce_options)
+        o.rootRank = root
+        if self._rank == root:
+            c = _Contiguous(t)
+            self._run(self._live().reduce([c.t], o), reduce_options)
+            c.done()
+        else:  # the input of a non-root rank stays as it was
+            self._run(self._live().reduce([t.contiguous().clone()], o), reduce_options)
+
+    def allgather(self, tensor_list, tensor, allgather_options=AllGatherOptions()) -> None:
+        outs = [_Contiguous(t) for t in _single_list(tensor_list, "allgather")]
+        t = _single(tensor, "allgather").contiguous()
+        if len(outs) != self._world_size:
+            raise ValueError(f"shoal: allgather: {len(outs)} output tensors for a group of {self._world_size}")
+        self._run(self._live().allgather([[c.t for c in outs]], [t]), allgather_options)
+        for c in outs:
+            c.done()
+
+    def broadcast(self, tensor, broadcast_options=BroadcastOptions()) -> None:
+        c = _Contiguous(_single(tensor, "broadcast"))
+        o = dist.BroadcastOptions()
+        o.rootRank = self._root(broadcast_options, "broadcast")
+        self._run(self._live().broadcast([c.t], o), broadcast_options)
+        c.done()
+
+    def reducescatter(self, tensor, tensor_list, reducescatter_options=ReduceScatterOptions()) -> None:
+        c = _Contiguous(_single(tensor, "reducescatter"))
+        ins = [t.contiguous() for t in _single_list(tensor_list, "reducescatter")]
+        if len(ins) != self._world_size:
+            raise ValueError(f"shoal: reducescatter: {len(ins)} input tensors for a group of {self._world_size}")
+        o = dist.ReduceScatterOptions()
+        o.reduceOp = self._op(reducescatter_options)
+        self._run(self._live().reduce_scatter([c.t], [ins], o), reducescatter_options)
+        c.done()
+
+    def send(self, tensor, send_options: SendOptions) -> None:
+        self.send_tagged(_single(tensor, "send"), send_options.dst_rank, 0, _timeout(send_options))
+
+    def recv(self, tensor, recv_options: RecvOptions) -> None:
+        # Ray's RecvOptions names its timeout field `unset_timeout_ms` (a typo upstream).
+        self.recv_tagged(_single(tensor, "recv"), recv_options.src_rank, 0, _timeout(recv_options))
+
+    # -- beyond BaseGroup: tagged point-to-point (the direct transport uses these) -----------
+
+    def send_tagged(self, t: torch.Tensor, dst: int, tag: int,
+                    timeout: Optional[datetime.timedelta] = None) -> None:
+        self._peer(dst, "send")
+        c = _Contiguous(t)
+        self._wait(self._live().send([c.t], dst, tag), timeout)
+
+    def recv_tagged(self, t: torch.Tensor, src: int, tag: int,
+                    timeout: Optional[datetime.timedelta] = None) -> None:
+        self._peer(src, "recv")
+        c = _Contiguous(t)
+        self._wait(self._live().recv([c.t], src, tag), timeout)
+        c.done()
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _live(self):
+        if self._backend is None:
+            raise RuntimeError(f"shoal: Ray collective group {self._group_name!r} was destroyed")
+        return self._backend
+
+    def _op(self, opts) -> dist.ReduceOp:
+        op = getattr(opts, "reduceOp", ReduceOp.SUM)
+        if op not in _REDUCE_OPS:
+            raise ValueError(f"shoal: unsupported reduce op {op!r} (SUM, PRODUCT, MIN, MAX)")
+        return _REDUCE_OPS[op]
+
+    def _root(self, opts, what: str) -> int:
+        root = opts.root_rank
+        if not isinstance(root, int) or not 0 <= root < self._world_size:
+            raise ValueError(f"shoal: {what}: root rank {root!r} is not in [0, {self._world_size})")
+        if getattr(opts, "root_tensor", 0) != 0:
+            raise ValueError(f"shoal: {what}: root_tensor must be 0 (one tensor per process)")
+        return root
+
+    def _peer(self, peer: int, what: str) -> None:
+        if not isinstance(peer, int) or not 0 <= peer < self._world_size:
+            raise ValueError(f"shoal: {what}: rank {peer!r} is not in [0, {self._world_size})")
+        if peer == self._rank:
+            raise ValueError(f"shoal: {what}: rank {peer} is this process")
+
+    def _run(self, work, opts) -> None:
+        self._wait(work, _timeout(opts))
+
+    @staticmethod
+    def _wait(work, timeout: Optional[datetime.timedelta]) -> None:
+        if timeout is None:
+            work.wait()
+        else:
+            work.wait(timeout)
