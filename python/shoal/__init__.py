@@ -7,6 +7,7 @@ that ``torch.distributed.init_process_group("shoal")`` works. The torch part liv
 
 from __future__ import annotations
 
+import importlib.abc
 import importlib.util
 import sys
 
@@ -44,12 +45,36 @@ if torch_available():
             stacklevel=2,
         )
 
-if ray_available() and torch_available() and not _torch_is_importing():
+def _register_ray() -> None:
     try:
-        from .ray import register as _register_ray
+        from .ray import register
 
-        _register_ray()
-    except ImportError as _e:
+        register()
+    except ImportError as e:
         import warnings
 
-        warnings.warn(f"shoal: the Ray backend is unavailable ({_e})", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"shoal: the Ray backend is unavailable ({e})", RuntimeWarning, stacklevel=3)
+
+
+class _RegisterRayLater(importlib.abc.MetaPathFinder):
+    """Registers shoal with Ray at the first import after Ray's backend registry is loaded.
+
+    Used when shoal is first imported by torch's backend autoload, that is inside `import torch`
+    (which Ray's collective module itself may be running): Ray's registry cannot be used from
+    there, and a later `import shoal` is a no-op. The finder finds nothing; it only watches
+    imports go by until `ray.util.collective.backend_registry` is complete."""
+
+    def find_spec(self, name, path, target=None):
+        reg = sys.modules.get("ray.util.collective.backend_registry")
+        if reg is not None and not getattr(reg.__spec__, "_initializing", False):
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+                _register_ray()
+        return None
+
+
+if ray_available() and torch_available():
+    if _torch_is_importing():
+        sys.meta_path.insert(0, _RegisterRayLater())
+    else:
+        _register_ray()

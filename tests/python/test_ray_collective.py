@@ -1,0 +1,307 @@
+"""shoal as a ray.util.collective backend: every BaseGroup op checked against numpy.
+
+Actors live for the module (one set per world size); each remote call runs a batch of cases so
+that Ray's round trips do not dominate. Inputs are a pure function of (rank, case), so the driver
+computes the expected result independently with numpy.
+"""
+
+import sys
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+torch = pytest.importorskip("torch")
+import ray.util.collective as col  # noqa: E402
+
+# Actor classes defined here travel by value (the workers cannot import this test module).
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+WORLD_SIZES = [1, 2, 3, 4, 8]
+# Group names may hold any characters.
+GROUP = "shoal tests/ü:1*?"
+DTYPES = ["uint8", "float16", "float32", "float64", "int32", "int64"]
+OPS = ["SUM", "PRODUCT", "MIN", "MAX"]
+SIZES = [0, 1, 7, 1000, 1 << 20]
+
+
+def make_input(rank: int, case: int, dtype: str, n: int, op: str = "SUM") -> np.ndarray:
+    """Small values so that PRODUCT and uint8 SUM over 8 ranks stay exact."""
+    rng = np.random.default_rng(1000 * case + rank)
+    if op == "PRODUCT":
+        v = rng.choice([1, 1, 1, 2], size=n) if dtype in ("uint8", "int32", "int64") else rng.uniform(0.9, 1.1, n)
+    elif dtype == "uint8":
+        v = rng.integers(0, 20, n)
+    elif dtype in ("int32", "int64"):
+        v = rng.integers(-1000, 1000, n)
+    else:
+        v = rng.uniform(-1, 1, n)
+    return v.astype(dtype)
+
+
+def reference(inputs, op: str) -> np.ndarray:
+    stack = np.stack(inputs).astype(np.float64 if inputs[0].dtype.kind == "f" else np.int64)
+    r = {"SUM": stack.sum(0), "PRODUCT": stack.prod(0), "MIN": stack.min(0), "MAX": stack.max(0)}[op]
+    return r.astype(inputs[0].dtype)
+
+
+def close(got: np.ndarray, want: np.ndarray, dtype: str) -> bool:
+    if dtype == "float16":
+        return np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-2, atol=2e-2)
+    if dtype in ("float32", "float64"):
+        return np.allclose(got, want, rtol=1e-5, atol=1e-5)
+    return np.array_equal(got, want)
+
+
+@ray.remote(num_cpus=1)
+class Rank:
+    def __init__(self):
+        import shoal  # noqa: F401  the one line an actor needs: registers the "shoal" backend
+
+    def init(self, world, rank, name, backend="shoal"):
+        col.init_collective_group(world, rank, backend=backend, group_name=name)
+        return col.get_rank(name), col.get_collective_group_size(name)
+
+    def destroy(self, name):
+        col.destroy_collective_group(name)
+
+    def transports(self, name):
+        return col.get_group_handle(name).transports()
+
+    def run(self, name, cases, use_torch=False):
+        """Run each case's op on this rank's input and return the outputs."""
+        import ray.util.collective.types as types
+
+        g = col.get_group_handle(name)  # forms a driver-managed group on first use
+        rank, world = g.rank, g.world_size
+        conv = torch.from_numpy if use_torch else (lambda a: a)
+        out = []
+        for i, (kind, dtype, n, op) in enumerate(cases):
+            x = conv(make_input(rank, i, dtype, n, op))
+            rop = getattr(types.ReduceOp, op)
+            if kind == "allreduce":
+                col.allreduce(x, name, rop)
+                out.append(np.asarray(x))
+            elif kind == "reduce":
+                root = i % world
+                col.reduce(x, root, name, rop)
+                out.append(np.asarray(x))
+            elif kind == "broadcast":
+                root = (i + 1) % world
+                col.broadcast(x, root, name)
+                out.append(np.asarray(x))
+            elif kind == "allgather":
+                outs = [conv(np.zeros(n, dtype)) for _ in range(world)]
+                col.allgather(outs, x, name)
+                out.append(np.stack([np.asarray(o) for o in outs]))
+            elif kind == "reducescatter":
+                ins = [conv(make_input(rank, 100 * i + r, dtype, n, op)) for r in range(world)]
+                before = [np.array(t) for t in ins]
+                y = conv(np.zeros(n, dtype))
+                col.reducescatter(y, ins, name, rop)
+                assert all(np.array_equal(np.asarray(a), b) for a, b in zip(ins, before)), "input modified"
+                out.append(np.asarray(y))
+            elif kind == "barrier":
+                col.barrier(name)
+                out.append(None)
+            else:
+                raise ValueError(kind)
+        return out
+
+    def sendrecv_ring(self, name, dtype, n):
+        """Rank r sends to r+1 and receives from r-1 (even ranks send first)."""
+        rank, world = col.get_rank(name), col.get_collective_group_size(name)
+        x = make_input(rank, 7, dtype, n)
+        y = np.zeros(n, dtype)
+        dst, src = (rank + 1) % world, (rank - 1) % world
+        if rank % 2 == 0:
+            col.send(x, dst, name)
+            col.recv(y, src, name)
+        else:
+            col.recv(y, src, name)
+            col.send(x, dst, name)
+        return y
+
+    def call(self, fn, *args):
+        return fn(*args)
+
+
+def expected(world, i, kind, dtype, n, op):
+    ins = [make_input(r, i, dtype, n, op) for r in range(world)]
+    if kind == "allreduce":
+        return [reference(ins, op)] * world
+    if kind == "reduce":
+        root = i % world
+        return [reference(ins, op) if r == root else ins[r] for r in range(world)]
+    if kind == "broadcast":
+        return [ins[(i + 1) % world]] * world
+    if kind == "allgather":
+        return [np.stack(ins)] * world
+    if kind == "reducescatter":
+        return [reference([make_input(s, 100 * i + r, dtype, n, op) for s in range(world)], op) for r in range(world)]
+    return [None] * world
+
+
+_pools: dict = {}
+
+
+def pool(ray_local, world):
+    """`world` actors with the group GROUP initialised (worker-managed), kept for the module."""
+    if world not in _pools:
+        for w in list(_pools):  # one pool at a time: the machine has 2 cores
+            for a in _pools.pop(w):
+                ray.kill(a)
+        actors = [Rank.remote() for _ in range(world)]
+        got = ray.get([a.init.remote(world, r, GROUP) for r, a in enumerate(actors)])
+        assert got == [(r, world) for r in range(world)]
+        _pools[world] = actors
+    return _pools[world]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cleanup():
+    yield
+    for w in list(_pools):
+        for a in _pools.pop(w):
+            ray.kill(a)
+
+
+def check(actors, cases, use_torch=False):
+    world = len(actors)
+    results = ray.get([a.run.remote(GROUP, cases, use_torch) for a in actors])
+    for i, case in enumerate(cases):
+        want = expected(world, i, *case)
+        for r in range(world):
+            if case[0] == "barrier":
+                continue
+            assert results[r][i].dtype == np.dtype(case[1]), (case, r)
+            assert close(results[r][i], want[r], case[1]), f"{case} rank {r}: {results[r][i][:8]} != {want[r][:8]}"
+
+
+@pytest.mark.parametrize("world", WORLD_SIZES)
+def test_allreduce_dtypes_ops_sizes(ray_local, world):
+    actors = pool(ray_local, world)
+    sizes = SIZES if world <= 4 else [0, 1, 7, 1 << 20]
+    cases = [("allreduce", d, n, op) for d in DTYPES for op in OPS for n in (sizes if op == "SUM" else [7, 1000])]
+    check(actors, cases)
+
+
+@pytest.mark.parametrize("world", WORLD_SIZES)
+def test_every_op(ray_local, world):
+    actors = pool(ray_local, world)
+    cases = []
+    for kind in ["reduce", "broadcast", "allgather", "reducescatter", "barrier"]:
+        for d in ["float32", "int64", "uint8", "float16"]:
+            for n in [0, 1, 1001]:
+                cases.append((kind, d, n, "MAX" if kind == "reducescatter" and d == "uint8" else "SUM"))
+    cases.append(("reduce", "float64", 1 << 20, "MIN"))
+    cases.append(("allgather", "float32", 1 << 18, "SUM"))
+    check(actors, cases)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_torch_tensors_and_mixed(ray_local, world):
+    actors = pool(ray_local, world)
+    cases = [(k, "float32", 513, "SUM") for k in ["allreduce", "reduce", "broadcast", "allgather", "reducescatter"]]
+    check(actors, cases, use_torch=True)
+    # numpy on some ranks, torch on the others
+    results = ray.get([a.run.remote(GROUP, cases, r % 2 == 0) for r, a in enumerate(actors)])
+    for i, case in enumerate(cases):
+        want = expected(world, i, *case)
+        for r in range(world):
+            assert close(results[r][i], want[r], "float32"), (case, r)
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_send_recv(ray_local, world):
+    actors = pool(ray_local, world)
+    for dtype, n in [("float32", 1), ("int64", 1001), ("uint8", (1 << 20) + 3)]:
+        got = ray.get([a.sendrecv_ring.remote(GROUP, dtype, n) for a in actors])
+        for r in range(world):
+            np.testing.assert_array_equal(got[r], make_input((r - 1) % world, 7, dtype, n))
+
+
+def test_transports_are_shared_memory_on_one_host(ray_local):
+    actors = pool(ray_local, 3)
+    assert ray.get(actors[1].transports.remote(GROUP)) == ["shm", "self", "shm"]
+
+
+def test_bad_input_is_refused_clearly(ray_local):
+    actors = pool(ray_local, 2)
+
+    def bad_calls():
+        errors = []
+        for fn in [
+            lambda: col.allreduce([1, 2, 3], GROUP),  # not a tensor
+            lambda: col.broadcast(np.zeros(3, np.float32), 5, GROUP),  # invalid rank
+            lambda: col.allgather([np.zeros(3, np.float32)], np.zeros(3, np.float32), GROUP),  # list too short
+            lambda: col.allreduce(np.zeros(3, np.float32).view(np.dtype(">f4")), GROUP),  # byte order
+        ]:
+            try:
+                fn()
+                errors.append(None)
+            except Exception as e:  # noqa: BLE001
+                errors.append(f"{type(e).__name__}: {e}")
+        return errors
+
+    errors = ray.get(actors[0].call.remote(bad_calls))
+    assert all(e is not None for e in errors), errors
+    assert "ndarray" in errors[0] and "rank" in errors[1] and "byte order" in errors[3], errors
+    # the group still works afterwards
+    check(actors, [("allreduce", "float32", 10, "SUM")])
+
+
+def test_mismatched_calls_fail_on_every_rank(ray_local):
+    """Different sizes on two ranks: an error on both, never a wrong result or a hang."""
+    actors = [Rank.remote() for _ in range(2)]
+    ray.get([a.init.remote(2, r, "mismatch") for r, a in enumerate(actors)])
+
+    def mismatched(n):
+        try:
+            col.allreduce(np.ones(n, np.float32), "mismatch")
+            return "no error"
+        except Exception as e:  # noqa: BLE001
+            return f"{type(e).__name__}: {e}"
+
+    got = ray.get([a.call.remote(mismatched, n) for a, n in zip(actors, [10, 12])], timeout=120)
+    assert all(g != "no error" for g in got), got
+    for a in actors:
+        ray.kill(a)
+
+
+def test_several_groups_destroy_and_create_again(ray_local):
+    actors = [Rank.remote() for _ in range(3)]
+    # two groups in the same actors, different rank orders
+    ray.get([a.init.remote(3, r, "first") for r, a in enumerate(actors)])
+    ray.get([a.init.remote(3, 2 - r, "second") for r, a in enumerate(actors)])
+    for name, ranks in [("first", [0, 1, 2]), ("second", [2, 1, 0])]:
+        got = ray.get([a.run.remote(name, [("broadcast", "int32", 5, "SUM")]) for a in actors])
+        want = make_input(1, 0, "int32", 5)  # root of case 0 is rank 1
+        for g in got:
+            np.testing.assert_array_equal(g[0], want)
+    ray.get([a.destroy.remote("first") for a in actors])
+    # a destroyed group refuses clearly; the other keeps working
+    with pytest.raises(ray.exceptions.RayTaskError, match="not initialized"):
+        ray.get(actors[0].run.remote("first", [("allreduce", "float32", 5, "SUM")]))
+    ray.get([a.init.remote(3, r, "first") for r, a in enumerate(actors)])  # and again
+    for name in ["first", "second"]:
+        got = ray.get([a.run.remote(name, [("allreduce", "float32", 1000, "SUM")]) for a in actors])
+        ranks = [0, 1, 2] if name == "first" else [2, 1, 0]
+        want = reference([make_input(r, 0, "float32", 1000) for r in ranks], "SUM")
+        for g in got:
+            assert close(g[0], want, "float32")
+    for a in actors:
+        ray.kill(a)
+
+
+def test_driver_managed_group(ray_local):
+    """create_collective_group in the driver; the group forms on the first collective."""
+    actors = [Rank.remote() for _ in range(3)]
+    col.create_collective_group(actors, 3, [2, 0, 1], backend="shoal", group_name="driver managed")
+    got = ray.get([a.run.remote("driver managed", [("allreduce", "int64", 33, "SUM")]) for a in actors])
+    want = reference([make_input(r, 0, "int64", 33) for r in range(3)], "SUM")
+    for g in got:
+        np.testing.assert_array_equal(g[0], want)
+    for a in actors:
+        ray.kill(a)
+    ray.kill(ray.get_actor("info_driver managed"))
