@@ -17,7 +17,7 @@ import ray.util.collective as col  # noqa: E402
 # Actor classes defined here travel by value (the workers cannot import this test module).
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-WORLD_SIZES = [1, 2, 3, 4, 8]
+WORLD_SIZES = [1, 3, 4, 8, 2]  # 2 last: the tests below reuse its actors
 # Group names may hold any characters.
 GROUP = "shoal tests/ü:1*?"
 DTYPES = ["uint8", "float16", "float32", "float64", "int32", "int64"]
@@ -178,17 +178,13 @@ def check(actors, cases, use_torch=False):
             assert close(results[r][i], want[r], case[1]), f"{case} rank {r}: {results[r][i][:8]} != {want[r][:8]}"
 
 
-@pytest.mark.parametrize("world", WORLD_SIZES)
-def test_allreduce_dtypes_ops_sizes(ray_local, world):
-    actors = pool(ray_local, world)
-    sizes = SIZES if world <= 4 else [0, 1, 7, 1 << 20]
+def check_allreduce(actors):
+    sizes = SIZES if len(actors) <= 4 else [0, 1, 7, 1 << 20]
     cases = [("allreduce", d, n, op) for d in DTYPES for op in OPS for n in (sizes if op == "SUM" else [7, 1000])]
     check(actors, cases)
 
 
-@pytest.mark.parametrize("world", WORLD_SIZES)
-def test_every_op(ray_local, world):
-    actors = pool(ray_local, world)
+def check_every_op(actors):
     cases = []
     for kind in ["reduce", "broadcast", "allgather", "reducescatter", "barrier"]:
         for d in ["float32", "int64", "uint8", "float16"]:
@@ -199,9 +195,8 @@ def test_every_op(ray_local, world):
     check(actors, cases)
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_torch_tensors_and_mixed(ray_local, world):
-    actors = pool(ray_local, world)
+def check_torch_and_mixed(actors):
+    world = len(actors)
     cases = [(k, "float32", 513, "SUM") for k in ["allreduce", "reduce", "broadcast", "allgather", "reducescatter"]]
     check(actors, cases, use_torch=True)
     # numpy on some ranks, torch on the others
@@ -212,18 +207,29 @@ def test_torch_tensors_and_mixed(ray_local, world):
             assert close(results[r][i], want[r], "float32"), (case, r)
 
 
-@pytest.mark.parametrize("world", [2, 3, 4])
-def test_send_recv(ray_local, world):
-    actors = pool(ray_local, world)
+def check_send_recv(actors):
+    world = len(actors)
     for dtype, n in [("float32", 1), ("int64", 1001), ("uint8", (1 << 20) + 3)]:
         got = ray.get([a.sendrecv_ring.remote(GROUP, dtype, n) for a in actors])
         for r in range(world):
             np.testing.assert_array_equal(got[r], make_input((r - 1) % world, 7, dtype, n))
 
 
-def test_transports_are_shared_memory_on_one_host(ray_local):
-    actors = pool(ray_local, 3)
-    assert ray.get(actors[1].transports.remote(GROUP)) == ["shm", "self", "shm"]
+@pytest.mark.parametrize("world", WORLD_SIZES)
+def test_ops_of_one_world_size(ray_local, world):
+    """Every op at one world size (one test per size: starting the actors is the slow part)."""
+    actors = pool(ray_local, world)
+    check_allreduce(actors)
+    check_every_op(actors)
+    if world in (2, 3):
+        check_torch_and_mixed(actors)
+    if world > 1:
+        check_send_recv(actors)
+        # peers on one host are reached over shared memory
+        for r in range(min(world, 2)):
+            want = ["shm"] * world
+            want[r] = "self"
+            assert ray.get(actors[r].transports.remote(GROUP)) == want
 
 
 def test_bad_input_is_refused_clearly(ray_local):
