@@ -311,3 +311,35 @@ def test_driver_managed_group(ray_local):
     for a in actors:
         ray.kill(a)
     ray.kill(ray.get_actor("info_driver managed"))
+
+
+def test_torch_only_dtypes_and_strided_inputs(ray_local):
+    """bfloat16/int8/bool tensors, and non-contiguous arrays (results land in the caller's view)."""
+    actors = pool(ray_local, 2)
+
+    def run():
+        g = col.get_group_handle(GROUP)
+        r = g.rank
+        out = {}
+        for name, t, op in [
+            ("bfloat16", torch.full((9,), 0.5 * (r + 1), dtype=torch.bfloat16), "SUM"),
+            ("int8", torch.arange(9, dtype=torch.int8) * (r + 1), "MAX"),
+            ("bool", torch.tensor([r == 0, r == 1, True, False]), "MAX"),
+        ]:
+            col.allreduce(t, GROUP, getattr(col.types.ReduceOp, op))
+            out[name] = t.float().tolist()
+        base = np.zeros((4, 6), np.float32)
+        view = base[:, ::2]  # strided
+        view[...] = r + 1
+        col.allreduce(view, GROUP)
+        out["strided"] = base.tolist()
+        return out
+
+    got = ray.get([a.call.remote(run) for a in actors])
+    for g in got:
+        assert g["bfloat16"] == [1.5] * 9
+        assert g["int8"] == [2.0 * i for i in range(9)]
+        assert g["bool"] == [1.0, 1.0, 1.0, 0.0]
+        want = np.zeros((4, 6), np.float32)
+        want[:, ::2] = 3
+        assert g["strided"] == want.tolist()  # the skipped columns stay 0
