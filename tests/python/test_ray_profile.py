@@ -19,6 +19,8 @@ def test_parse_count():
     assert prof.parse_count("16K") == prof.parse_count("16Ki") == 16384
     assert prof.parse_count("8M") == 8 << 20
     assert prof.parse_counts("1K,4K,") == [1024, 4096]
+    assert prof.batch_for(4096) == 16 and prof.batch_for(32 << 20) == 1 and prof.batch_for(1 << 20) == 16
+    assert prof.batch_for(32 << 20, 3) == 3
     with pytest.raises(Exception):
         prof.parse_count("12Q")
 
@@ -34,14 +36,14 @@ def test_reference_is_exact():
 def test_profile_small(ray_local, tmp_path, capsys):
     out = tmp_path / "profile.json"
     rc = prof.main(["--world", str(WORLD), "--size", "4K", "--sizes", "1K", "--trials", str(TRIALS),
-                    "--warmup", str(WARMUP), "--json", str(out)])
+                    "--warmup", str(WARMUP), "--batch", "2", "--json", str(out)])
     assert rc == 0
     text = capsys.readouterr().out
     assert ray_local.is_initialized()  # the session's Ray is left running
 
     # The table: one block per size, every row in each, each with its check.
     for count, nbytes in ((4096, "16 KiB"), (1024, "4 KiB")):
-        assert f"size {count} elements ({nbytes})" in text
+        assert f"size {count} elements ({nbytes}), 2 call(s) per trial" in text
     for row in ROWS:
         assert sum(1 for line in text.splitlines() if line.startswith(row + " ")) == 2, row
     assert "target: allreduce shoal auto at 16 KiB" in text
@@ -53,7 +55,8 @@ def test_profile_small(ray_local, tmp_path, capsys):
     for r in res["rows"]:
         # Every call (warm-up included) was compared with numpy: on every rank for allreduce,
         # on the receiving rank for p2p.
-        want = (TRIALS + WARMUP) * (WORLD if r["op"] == "allreduce" else 1)
+        assert r["batch"] == 2
+        want = (TRIALS + WARMUP) * r["batch"] * (WORLD if r["op"] == "allreduce" else 1)
         assert r["checked"] == want, r
         assert r["ranks_checked"] == (list(range(WORLD)) if r["op"] == "allreduce" else [prof.P2P_DST])
         assert r["time_us"] > 0 and r["busbw_GBps"] > 0

@@ -1,7 +1,7 @@
 """Algorithm profile of shoal in Ray: p2p and allreduce, shoal against Ray's built-in GLOO backend.
 
     python -m shoal.ray.profile --world 8 --size 8388608 [--sizes 1K,4K,16K] [--trials 20]
-        [--warmup 3] [--json FILE] [--address ADDR]
+        [--warmup 3] [--batch N] [--json FILE] [--address ADDR] [--verify-algos]
 
 Starts ``--world`` actors (``ray.init()`` unless Ray is already initialised; ``--address`` joins
 a running cluster) and forms, through the public ``ray.util.collective`` API
@@ -14,13 +14,16 @@ choice, which on one host is the direct shared-memory algorithm). Per size, rows
     allreduce gloo             ``col.allreduce`` (SUM) on the GLOO group
     allreduce shoal ring|bde|mst|auto
 
-Each trial, in every actor: refill the tensor with this rank's input, ``col.barrier`` on the
-group under test, then time one call with ``time.perf_counter`` (inside the actor: no Ray task
-overhead), then compare the result with the numpy reference, exactly (the inputs are small
+Each trial, in every actor: refill ``--batch`` buffers with this rank's input, ``col.barrier``
+on the group under test, then time ``--batch`` back-to-back calls, one per buffer, with
+``time.perf_counter`` (inside the actor: no Ray task overhead; default batch 16 up to 1 MiB, so
+that small ops are timed as a loop, as user code calls them, and not only cold after a barrier;
+1 above), then compare every buffer with the numpy reference, exactly (the inputs are small
 integers, so every summation order gives the same float32 result); a wrong result raises.
 Warm-up trials run and are checked the same way but not timed. The reported time is the largest
-over ranks of each rank's **median** time per trial (p2p: over the two ranks involved); the
-JSON also has the means. algbw = bytes / time; busbw = algbw·2(p−1)/p for allreduce, algbw for
+over ranks of each rank's **median** time per call (trial time / batch; p2p: over the two ranks
+involved); the JSON also has the means. ``--verify-algos`` attaches gdb to rank 0 afterwards
+and shows which ``shoal::algo::allreduce_*`` function each shoal row runs. algbw = bytes / time; busbw = algbw·2(p−1)/p for allreduce, algbw for
 p2p. "x gloo" is GLOO's time over the row's time for the same op and size (> 1: faster).
 
 Sizes are counts of float32 elements; ``K`` and ``M`` suffixes are binary (1K = 1024).
@@ -149,13 +152,14 @@ class ProfileWorker:
                                 else rank_input(count, P2P_SRC))
         return self._cache[key]
 
-    def run(self, kind: str, group: str, count: int, trials: int, warmup: int) -> Dict[str, Any]:
-        """One row: `warmup` + `trials` checked calls; the times (s) of the timed ones."""
+    def run(self, kind: str, group: str, count: int, trials: int, warmup: int, batch: int = 1) -> Dict[str, Any]:
+        """One row: `warmup` + `trials` trials of `batch` back-to-back calls, each call on its own
+        buffer, every buffer checked after the trial; the time per call (s) of each timed trial."""
         import numpy as np
         import ray.util.collective as col
 
         src = self._data(count)
-        buf = np.empty(count, dtype=np.float32)
+        bufs = [np.empty(count, dtype=np.float32) for _ in range(batch)]
         times: List[float] = []
         role = None
         if kind == "p2p":
@@ -163,44 +167,55 @@ class ProfileWorker:
         expected = self._expected(kind, count) if (kind == "allreduce" or role == "recv") else None
         checked = 0
         for t in range(warmup + trials):
-            if kind == "allreduce" or role == "send":
-                np.copyto(buf, src)
-            else:
-                buf.fill(-1.0)
+            for buf in bufs:
+                if kind == "allreduce" or role == "send":
+                    np.copyto(buf, src)
+                else:
+                    buf.fill(-1.0)
             col.barrier(group)
             if kind == "allreduce":
                 t0 = time.perf_counter()
-                col.allreduce(buf, group)
+                for buf in bufs:
+                    col.allreduce(buf, group)
                 dt = time.perf_counter() - t0
             elif role == "send":
                 t0 = time.perf_counter()
-                col.send(buf, P2P_DST, group)
+                for buf in bufs:
+                    col.send(buf, P2P_DST, group)
                 dt = time.perf_counter() - t0
             elif role == "recv":
                 t0 = time.perf_counter()
-                col.recv(buf, P2P_SRC, group)
+                for buf in bufs:
+                    col.recv(buf, P2P_SRC, group)
                 dt = time.perf_counter() - t0
             else:
                 continue  # not part of this p2p pair: only the barrier
-            if expected is not None:
-                if not np.array_equal(buf, expected):
-                    bad = np.flatnonzero(buf != expected)
-                    j = int(bad[0])
-                    raise AssertionError(
-                        f"shoal.ray.profile: WRONG RESULT: {kind} on group {group!r}, {count} elements, "
-                        f"rank {self.rank}, trial {t}: {bad.size} elements differ, first at [{j}]: "
-                        f"got {buf[j]!r}, expected {expected[j]!r}")
-                checked += 1
+            for k, buf in enumerate(bufs):
+                if expected is not None:
+                    if not np.array_equal(buf, expected):
+                        bad = np.flatnonzero(buf != expected)
+                        j = int(bad[0])
+                        raise AssertionError(
+                            f"shoal.ray.profile: WRONG RESULT: {kind} on group {group!r}, {count} elements, "
+                            f"rank {self.rank}, trial {t}, call {k}: {bad.size} elements differ, first at [{j}]: "
+                            f"got {buf[j]!r}, expected {expected[j]!r}")
+                    checked += 1
+                elif role == "send" and not np.array_equal(buf, src):
+                    raise AssertionError(f"shoal.ray.profile: send modified the sender's tensor (group {group!r})")
             if t >= warmup:
-                times.append(dt)
-        # The sender's buffer is its input: check that the op left it alone.
-        if role == "send" and not np.array_equal(buf, src):
-            raise AssertionError(f"shoal.ray.profile: send modified the sender's tensor (group {group!r})")
+                times.append(dt / batch)
         return {"rank": self.rank, "times": times, "checked": checked, "role": role}
 
 
 # ---------------------------------------------------------------------------------------------
 # Driver.
+
+
+def batch_for(nbytes: int, batch: int = 0) -> int:
+    """Calls per trial: `batch`, or 0 = automatic: 16 up to 1 MiB (at most 16 MiB of buffers), 1 above."""
+    if batch > 0:
+        return batch
+    return max(1, min(16, (16 << 20) // nbytes)) if nbytes <= (1 << 20) else 1
 
 
 def _sig(x: float) -> float:
@@ -235,7 +250,7 @@ def _rows_for(names: Dict[str, str]) -> List[Dict[str, str]]:
 
 def profile(world: int = 8, sizes: Optional[List[int]] = None, trials: int = 20, warmup: int = 3,
             address: Optional[str] = None, actor_cpus: float = 1.0, timeout_s: float = 600.0,
-            verify: bool = False) -> Dict[str, Any]:
+            verify: bool = False, batch: int = 0) -> Dict[str, Any]:
     """Runs the profile; returns the results (what --json writes). Raises on a wrong result."""
     import ray
 
@@ -261,7 +276,7 @@ def profile(world: int = 8, sizes: Optional[List[int]] = None, trials: int = 20,
     actors = [Worker.remote(r, world) for r in range(world)]
     result: Dict[str, Any] = {
         "world": world, "dtype": "float32", "trials": trials, "warmup": warmup,
-        "time": "max over ranks of each rank's median time per trial (p2p: ranks 0 and 1)",
+        "time": "max over ranks of each rank's median time per call (p2p: ranks 0 and 1)",
         "rows": [],
     }
     try:
@@ -275,9 +290,10 @@ def profile(world: int = 8, sizes: Optional[List[int]] = None, trials: int = 20,
         rows = _rows_for(names)
         for count in sizes:
             nbytes = 4 * count
+            nbatch = batch_for(nbytes, batch)
             gloo_t: Dict[str, float] = {}
             for spec in rows:
-                per_rank = ray.get([a.run.remote(spec["op"], spec["group"], count, trials, warmup)
+                per_rank = ray.get([a.run.remote(spec["op"], spec["group"], count, trials, warmup, nbatch)
                                     for a in actors], timeout=timeout_s)
                 st = _stats(per_rank)
                 t = st["time_s"]
@@ -285,7 +301,7 @@ def profile(world: int = 8, sizes: Optional[List[int]] = None, trials: int = 20,
                 busbw = algbw * (2 * (world - 1) / world if spec["op"] == "allreduce" else 1.0)
                 if spec["backend"] == "gloo":
                     gloo_t[spec["op"]] = t
-                row = {"count": count, "bytes": nbytes, **{k: spec[k] for k in ("row", "op", "backend", "algo")},
+                row = {"count": count, "bytes": nbytes, "batch": nbatch, **{k: spec[k] for k in ("row", "op", "backend", "algo")},
                        "time_us": round(t * 1e6, 2), "mean_us": round(st["mean_s"] * 1e6, 2),
                        "min_us": round(st["min_s"] * 1e6, 2),
                        "algbw_GBps": _sig(algbw), "busbw_GBps": _sig(busbw),
@@ -380,7 +396,7 @@ def verify_algorithms(actors, names: Dict[str, str], count: int, timeout_s: floa
         time.sleep(1.0)
         hits: Dict[str, List[str]] = {}
         for a in ALGOS:
-            ray.get([w.run.remote("allreduce", names[a], count, 1, 0) for w in actors], timeout=timeout_s)
+            ray.get([w.run.remote("allreduce", names[a], count, 1, 0, 1) for w in actors], timeout=timeout_s)
             got = []
             while True:
                 try:
@@ -419,13 +435,13 @@ def format_table(result: Dict[str, Any]) -> str:
              f"{result['trials']} trials + {result['warmup']} warm-up per row, shoal transport: "
              f"{','.join(result.get('transports_rank0', [])) or '?'}",
              f"time = {result['time']}; busbw = algbw*2(p-1)/p (allreduce), algbw (p2p); "
-             f"x gloo = gloo time / row time; check = trials x ranks compared with numpy, all exact"]
+             f"x gloo = gloo time / row time; check = calls x ranks compared with numpy, all exact"]
     hdr = f"{'row':<22}{'time us':>12}{'mean us':>12}{'algbw GB/s':>12}{'busbw GB/s':>12}{'x gloo':>9}{'check':>8}"
     last = None
     for r in result["rows"]:
         if r["count"] != last:
             last = r["count"]
-            lines += ["", f"size {r['count']} elements ({fmt_bytes(r['bytes'])})", hdr]
+            lines += ["", f"size {r['count']} elements ({fmt_bytes(r['bytes'])}), {r['batch']} call(s) per trial", hdr]
         x = "-" if r["speedup_vs_gloo"] is None or r["backend"] == "gloo" else f"{r['speedup_vs_gloo']:.2f}"
         lines.append(f"{r['row']:<22}{r['time_us']:>12.1f}{r['mean_us']:>12.1f}{r['algbw_GBps']:>12.3f}"
                      f"{r['busbw_GBps']:>12.3f}{x:>9}{'ok ' + str(r['checked']):>8}")
@@ -456,6 +472,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="more sizes, comma-separated elements (default 1K,4K,16K = 4..64 KiB; '' for none)")
     p.add_argument("--trials", type=int, default=20, help="timed calls per row and size (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed (still checked) calls first (default 3)")
+    p.add_argument("--batch", type=int, default=0,
+                   help="calls per trial, back to back, each on its own buffer (default 0 = 16 up to 1 MiB, "
+                        "else 1)")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
     p.add_argument("--address", help="join this Ray cluster (default: the running one, or start a local one)")
     p.add_argument("--actor-cpus", type=float, default=1.0, help="num_cpus of each actor (default 1)")
@@ -464,13 +483,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="after timing, attach gdb to rank 0 and show which shoal::algo::allreduce_* each "
                         "shoal row runs (fails if ring/bde/mst run anything else)")
     a = p.parse_args(argv)
-    if a.trials < 1 or a.warmup < 0:
-        p.error("--trials must be >= 1 and --warmup >= 0")
+    if a.trials < 1 or a.warmup < 0 or a.batch < 0:
+        p.error("--trials must be >= 1, --warmup and --batch >= 0")
     if a.world < 2:
         p.error("--world must be at least 2 (p2p needs two ranks)")
     sizes = [a.size] + [s for s in a.sizes if s != a.size]
     result = profile(world=a.world, sizes=sizes, trials=a.trials, warmup=a.warmup, address=a.address,
-                     actor_cpus=a.actor_cpus, timeout_s=a.timeout, verify=a.verify_algos)
+                     actor_cpus=a.actor_cpus, timeout_s=a.timeout, verify=a.verify_algos,
+                     batch=a.batch)
     print(format_table(result), flush=True)
     if a.json:
         with open(a.json, "w") as f:
