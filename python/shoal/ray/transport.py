@@ -130,7 +130,7 @@ def _empty(shape, dtype, device) -> "torch.Tensor":
     """A receive buffer. Large CPU ones are anonymous mappings advised to use transparent huge
     pages: a new 400 MB ``torch.empty`` takes ~100,000 page faults on its first write (inside
     shoal's copy out of the ring), which cost more than the copy itself; 2 MiB pages cut that
-    ~3x (compare ``SHOAL_RDT_HUGEPAGES=0 python -m shoal.ray.rdt_bench --sizes 100Mi
+    3-4x (compare ``SHOAL_RDT_HUGEPAGES=0 python -m shoal.ray.rdt_bench --sizes 100Mi
     --transports shoal`` with the default). The tensor owns the mapping, which is unmapped when the
     tensor is freed; its storage cannot be resized in place (``resize_`` to a larger size)."""
     import torch
