@@ -29,12 +29,13 @@ def get_group(world_size: int) -> Group:
 def ray_local():
     """A local Ray (started once per test session, shut down at its end) with `import shoal` done
     in the driver. Logical CPUs outnumber the machine's: actors in the tests ask for num_cpus=1
-    and groups of 8 must fit."""
+    and groups of 8 must fit. The 4 GPUs are logical too (Ray hands out their ids and sets
+    CUDA_VISIBLE_DEVICES without hardware): test_ray_worker_group.py checks how they are shared."""
     ray = pytest.importorskip("ray")
     import shoal  # noqa: F401  registers the collective backend and the tensor transport
 
     if not ray.is_initialized():
-        ray.init(num_cpus=16, include_dashboard=False, logging_level="warning",
+        ray.init(num_cpus=16, num_gpus=4, include_dashboard=False, logging_level="warning",
                  runtime_env={"env_vars": {"SHOAL_TIMEOUT": os.environ.get("SHOAL_TIMEOUT", "120")}})
     yield ray
     ray.shutdown()
