@@ -41,6 +41,16 @@ def _train_loop(config):
     ray.train.report({"loss": res["losses"][-1], "accuracy": res["accuracy"]})
 
 
+def test_import_torch_registers_shoal():
+    """The entry point alone: a fresh `import torch` knows "shoal", without importing Ray."""
+    import subprocess
+
+    code = "import sys, torch, torch.distributed as dist; print('SHOAL' in dist.Backend._plugins, 'ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False"]
+
+
 def test_torch_trainer_on_shoal(ray_local, tmp_path, monkeypatch):
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
