@@ -1,7 +1,7 @@
 """Ray Train on shoal: TorchTrainer(..., torch_config=TorchConfig(backend="shoal")) trains the
 digits MLP of shoal.demo with DDP. Ray Train's workers never import shoal before
 init_process_group("shoal"): the backend is there through torch's backend autoload (the entry
-point "torch.backends" -> shoal._torch_autoload:load)."""
+point "torch.backends" -> _shoal_autoload:load)."""
 
 from __future__ import annotations
 

@@ -14,12 +14,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
-import shoal.ray  # noqa: E402
-
-# `import shoal` registers the transport, but when torch's backend autoload imported shoal first
-# (as under pytest) it defers that to the first import after Ray's collective registry loads;
-# the @ray.method(tensor_transport="shoal") below needs it now. register() is idempotent.
-shoal.ray.register()
+import shoal  # noqa: E402,F401  registers the transport (before the @ray.method below)
 
 # Actor classes defined here travel by value (the workers cannot import this test module).
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
