@@ -87,6 +87,21 @@ class Peer:
         except TimeoutError:
             return False
 
+    def take_ptr(self, t) -> int:
+        return t.data_ptr()
+
+    def take_keep_view(self, t) -> int:
+        self.view, self.view_copy = t[3:9], t[3:9].clone()  # a view pins the whole buffer
+        return t.data_ptr()
+
+    def pool_reused(self) -> int:
+        import shoal.ray.transport as tr
+
+        return tr._pool.reused
+
+    def view_intact(self) -> bool:
+        return bool(torch.equal(self.view, self.view_copy))
+
     def sum_numel(self, *xs) -> int:
         return sum(x.numel() for x in xs)
 
@@ -284,3 +299,16 @@ def test_thousand_transfers_do_not_grow(peers):
     assert n1 <= n0, f"producer's RDT store holds {n1} objects after 1000 transfers (was {n0})"
     assert m1 <= m0, f"consumer's RDT store holds {m1} objects after 1000 transfers (was {m0})"
     assert rss1 - rss0 < 64 << 20, f"producer grew by {(rss1 - rss0) >> 20} MiB over 1000 transfers"
+
+
+def test_large_receive_buffers_are_reused_only_once_freed(peers):
+    """Buffers of >= 4 MiB come from a pool (no page faults on reuse), but never while any
+    tensor or view of them is alive: later transfers must not overwrite a kept view."""
+    a, b = peers
+    specs = [((1 << 20) + 5 + i % 2, "float32", i) for i in range(12)]  # 4 MiB+, two sizes
+    reused0 = ray.get(b.pool_reused.remote())
+    pinned = ray.get(b.take_keep_view.remote(a.give.remote(((1 << 20) + 5, "float32", 99))), timeout=120)
+    ptrs = [ray.get(b.take_ptr.remote(a.give.remote(sp)), timeout=120) for sp in specs]
+    assert pinned not in ptrs, "a buffer was reused while a view of it was alive"
+    assert ray.get(b.view_intact.remote())
+    assert ray.get(b.pool_reused.remote()) - reused0 >= len(specs) // 2, "the pool served no buffer twice"

@@ -17,7 +17,7 @@ extra message is needed):
   one per tensor); the receiver hands out views of its one receive buffer;
 * every other tensor: one message of its own bytes, straight from the producer's tensor into
   the consumer's new tensor (shoal's shared-memory ring on one host: two memcpy in all). Large
-  CPU receive buffers are mapped with transparent huge pages (see :func:`_empty`).
+  CPU receive buffers are reused once freed (see :class:`_BufferPool`).
 
 Every message carries a tag derived from the object id and the message's index. shoal matches
 the messages between a pair of ranks in order and checks the tag: two transfers whose sends and
@@ -36,12 +36,14 @@ staged through pinned host memory by shoal's torch backend.
 
 from __future__ import annotations
 
+import collections
 import datetime
 import hashlib
 import mmap
 import os
+import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import TYPE_CHECKING, Deque, Dict, List, Optional, Tuple
 
 from ray.experimental.rdt.collective_tensor_transport import (
     CollectiveCommunicatorMetadata,
@@ -61,8 +63,8 @@ DEVICES = ["cpu", "cuda"]
 # machine, 64 tensors of 1 KiB: ~13 ms per transfer packed, ~19 ms one message each; Ray's own
 # task round trips are most of both.)
 PACK_MAX_BYTES = 64 * 1024
-# CPU receive buffers from this size up are mapped with transparent huge pages (see _empty).
-HUGE_PAGE_MIN_BYTES = 4 << 20
+# CPU receive buffers from this size up come from a pool of reused mappings (see _BufferPool).
+POOL_MIN_BYTES = 4 << 20
 
 
 def _tag(obj_id: str, index: int) -> int:
@@ -126,25 +128,74 @@ class ShoalCommunicatorMetadata(CollectiveCommunicatorMetadata):
     error: str = ""
 
 
+class _BufferPool:
+    """Large CPU receive buffers, reused once the tensors made from them are freed.
+
+    A new 400 MB buffer takes ~100,000 page faults on its first write (inside shoal's copy out of
+    the ring), and the kernel zeroes every page: that costs 4-5x the copy itself (see
+    ``SHOAL_RDT_POOL_BYTES=0 python -m shoal.ray.rdt_bench --sizes 100Mi --transports shoal``).
+    So buffers are anonymous mappings (advised to use transparent huge pages: fewer faults when
+    one must be made) that return here when the last tensor or view of them is freed: torch holds
+    the numpy array the tensor was made from until its storage dies, and a finalizer on that array
+    gives the mapping back. Up to ``SHOAL_RDT_POOL_BYTES`` (default 1 GiB) of idle buffers are
+    kept; 0 turns the pool off. A received tensor's storage cannot be grown in place (``resize_``).
+
+    No lock: the finalizer may run on any thread, even inside another call here (a garbage
+    collection), so the free lists are deques, whose append/pop are atomic under the GIL."""
+
+    def __init__(self):
+        self._free: Dict[int, Deque[mmap.mmap]] = {}
+        self.reused = 0  # buffers served from the free lists (tests and diagnostics)
+
+    @staticmethod
+    def limit() -> int:
+        try:
+            return int(os.environ.get("SHOAL_RDT_POOL_BYTES", str(1 << 30)))
+        except ValueError:
+            return 1 << 30
+
+    def tensor(self, nbytes: int) -> "torch.Tensor":
+        import numpy as np
+        import torch
+
+        mm = None
+        free = self._free.get(nbytes)
+        if free:
+            try:
+                mm = free.pop()
+                self.reused += 1
+            except IndexError:  # emptied by another thread meanwhile
+                mm = None
+        if mm is None:
+            mm = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            try:
+                mm.madvise(mmap.MADV_HUGEPAGE)
+            except (OSError, AttributeError):
+                pass  # THP off in this kernel: ordinary pages
+        arr = np.frombuffer(mm, dtype=np.uint8)
+        weakref.finalize(arr, self._give_back, mm)
+        return torch.from_numpy(arr)
+
+    def _give_back(self, mm: mmap.mmap) -> None:
+        if sum(len(m) for q in list(self._free.values()) for m in list(q)) + len(mm) > self.limit():
+            return  # the mapping is unmapped when `mm` goes
+        self._free.setdefault(len(mm), collections.deque()).append(mm)
+
+    def idle_bytes(self) -> int:
+        return sum(len(m) for q in list(self._free.values()) for m in list(q))
+
+
+_pool = _BufferPool()
+
+
 def _empty(shape, dtype, device) -> "torch.Tensor":
-    """A receive buffer. Large CPU ones are anonymous mappings advised to use transparent huge
-    pages: a new 400 MB ``torch.empty`` takes ~100,000 page faults on its first write (inside
-    shoal's copy out of the ring), which cost more than the copy itself; 2 MiB pages cut that
-    3-4x (compare ``SHOAL_RDT_HUGEPAGES=0 python -m shoal.ray.rdt_bench --sizes 100Mi
-    --transports shoal`` with the default). The tensor owns the mapping, which is unmapped when the
-    tensor is freed; its storage cannot be resized in place (``resize_`` to a larger size)."""
+    """A receive buffer: large CPU ones come from :class:`_BufferPool`."""
     import torch
 
     nbytes = _nbytes(shape, dtype)
-    if (str(device) != "cpu" or nbytes < HUGE_PAGE_MIN_BYTES
-            or os.environ.get("SHOAL_RDT_HUGEPAGES", "1") == "0" or not hasattr(mmap, "MADV_HUGEPAGE")):
+    if str(device) != "cpu" or nbytes < POOL_MIN_BYTES or _BufferPool.limit() <= 0:
         return torch.empty(shape, dtype=dtype, device=device)
-    mm = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    try:
-        mm.madvise(mmap.MADV_HUGEPAGE)
-    except OSError:
-        pass  # THP off in this kernel: ordinary pages, as torch.empty would get
-    return torch.frombuffer(mm, dtype=torch.uint8).view(dtype).view(shape)
+    return _pool.tensor(nbytes).view(dtype).view(shape)
 
 
 def _timeout() -> Optional[datetime.timedelta]:
