@@ -47,6 +47,7 @@ demo: setup build python-install
 	  -n 4 -b 4K -e 16M -f 16 --ddp
 
 include mk/python.mk
+include mk/sanitize.mk
 
 clean:
 	rm -rf $(BUILD) .deps-stamp

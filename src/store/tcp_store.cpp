@@ -42,6 +42,7 @@
 #include "core/log.h"
 #include "core/le32.h"
 #include "store/quote_keys.h"
+#include "store/store_request.h"
 #include "shoal/error.h"
 #include "shoal/store.h"
 
@@ -467,13 +468,13 @@ class StoreServer {
 
   void parse_frames(Client& c) {
     size_t off = 0;
-    while (!c.dead && c.in_len - off >= 4) {
-      uint32_t len = get32(c.in.data() + off);
-      if (len > kMaxFrame) return drop(c, ("frame of " + std::to_string(len) + " bytes exceeds the 64 MiB limit").c_str());
-      if (len < kHeader - 4) return drop(c, "frame too short");
-      if (c.in_len - off < 4 + size_t(len)) break;
-      handle(c, c.in.data() + off + 4, len);
-      off += 4 + size_t(len);
+    while (!c.dead) {
+      size_t frame = 0;
+      std::string err;
+      if (!store_wire::next_frame(c.in.data() + off, c.in_len - off, &frame, &err)) return drop(c, err.c_str());
+      if (frame == 0) break;
+      handle(c, c.in.data() + off + 4, frame - 4);
+      off += frame;
     }
     if (c.dead || off == 0) return;
     std::memmove(c.in.data(), c.in.data() + off, c.in_len - off);
@@ -485,20 +486,18 @@ class StoreServer {
   }
 
   void handle(Client& c, const uint8_t* p, size_t n) {
-    uint8_t cmd = p[0];
-    uint32_t req = get32(p + 1);
-    FrameReader r(p + 5, n - 5);
-    if (!c.hello && cmd != kHello) return drop(c, "first frame is not a shoal store HELLO");
-    SHOAL_LOG(trace, "store server: %s request %u from %s", cmd_name(cmd), req, c.peer.c_str());
-    switch (cmd) {
+    if (!c.hello && n > 0 && p[0] != kHello) return drop(c, "first frame is not a shoal store HELLO");
+    store_wire::Request q;
+    std::string err = store_wire::parse_request(p, n, &q);
+    if (!err.empty()) return drop(c, err.c_str());
+    const uint32_t req = q.id;
+    SHOAL_LOG(trace, "store server: %s request %u from %s", cmd_name(q.cmd), req, c.peer.c_str());
+    switch (q.cmd) {
       case kHello: {
-        uint32_t magic = r.u32();
-        uint32_t version = r.u32();
-        if (!r.at_end() || magic != kMagic) return drop(c, "bad HELLO (not a shoal store client?)");
-        if (version != kVersion) {
+        if (q.version != kVersion) {
           send_frame(c, FrameWriter(kFailed, req).str("store protocol version mismatch: server " +
                                                       std::to_string(kVersion) + ", client " +
-                                                      std::to_string(version)).finish());
+                                                      std::to_string(q.version)).finish());
           return;
         }
         c.hello = true;
@@ -506,33 +505,20 @@ class StoreServer {
         return;
       }
       case kSet: {
-        std::string key = r.str();
-        Bytes value = r.bytes();
-        if (!r.at_end()) return drop(c, "malformed SET");
-        SHOAL_LOG(trace, "store server: SET '%s' (%zu bytes)", key.c_str(), value.size());
-        data_[key] = std::move(value);
+        SHOAL_LOG(trace, "store server: SET '%s' (%zu bytes)", q.key.c_str(), q.value.size());
+        data_[q.key] = std::move(q.value);
         send_frame(c, FrameWriter(kOk, req).finish());
-        key_set(key);
+        key_set(q.key);
         return;
       }
-      case kGet: {
-        int64_t timeout_ms = r.i64();
-        std::string key = r.str();
-        if (!r.at_end()) return drop(c, "malformed GET");
-        start_wait(c, req, kGet, {std::move(key)}, timeout_ms);
+      case kGet:
+        start_wait(c, req, kGet, {std::move(q.key)}, q.timeout_ms);
         return;
-      }
-      case kWait: {
-        int64_t timeout_ms = r.i64();
-        std::vector<std::string> keys = r.keys();
-        if (!r.at_end()) return drop(c, "malformed WAIT");
-        start_wait(c, req, kWait, std::move(keys), timeout_ms);
+      case kWait:
+        start_wait(c, req, kWait, std::move(q.keys), q.timeout_ms);
         return;
-      }
       case kAdd: {
-        std::string key = r.str();
-        int64_t delta = r.i64();
-        if (!r.at_end()) return drop(c, "malformed ADD");
+        const std::string& key = q.key;
         int64_t cur = 0;
         auto it = data_.find(key);
         if (it != data_.end() && !parse_int64(it->second, &cur)) {
@@ -541,7 +527,7 @@ class StoreServer {
           return;
         }
         int64_t next;
-        if (__builtin_add_overflow(cur, delta, &next)) {
+        if (__builtin_add_overflow(cur, q.delta, &next)) {
           send_frame(c, FrameWriter(kFailed, req).str("store add: key '" + key + "' overflows int64").finish());
           return;
         }
@@ -550,14 +536,9 @@ class StoreServer {
         key_set(key);
         return;
       }
-      case kCheck: {
-        std::string key = r.str();
-        if (!r.at_end()) return drop(c, "malformed CHECK");
-        send_frame(c, FrameWriter(kOk, req).u8(data_.count(key) ? 1 : 0).finish());
+      case kCheck:
+        send_frame(c, FrameWriter(kOk, req).u8(data_.count(q.key) ? 1 : 0).finish());
         return;
-      }
-      default:
-        return drop(c, ("unknown command " + std::to_string(cmd)).c_str());
     }
   }
 
@@ -776,6 +757,63 @@ int connect_with_retry(const std::string& host, uint16_t port, TimePoint deadlin
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Request parsing (store_request.h), used by the server above.
+
+namespace store_wire {
+
+bool next_frame(const uint8_t* p, size_t n, size_t* frame_bytes, std::string* err) {
+  *frame_bytes = 0;
+  if (n < 4) return true;
+  uint32_t len = get32(p);
+  if (len > kMaxFrame) {
+    *err = "frame of " + std::to_string(len) + " bytes exceeds the 64 MiB limit";
+    return false;
+  }
+  if (len < kHeader - 4) {
+    *err = "frame too short";
+    return false;
+  }
+  if (n - 4 >= len) *frame_bytes = 4 + size_t(len);
+  return true;
+}
+
+std::string parse_request(const uint8_t* p, size_t n, Request* out) {
+  if (n < kHeader - 4) return "frame too short";
+  out->cmd = p[0];
+  out->id = get32(p + 1);
+  FrameReader r(p + 5, n - 5);
+  switch (out->cmd) {
+    case kHello:
+      out->magic = r.u32();
+      out->version = r.u32();
+      if (!r.at_end() || out->magic != kMagic) return "bad HELLO (not a shoal store client?)";
+      return "";
+    case kSet:
+      out->key = r.str();
+      out->value = r.bytes();
+      return r.at_end() ? "" : "malformed SET";
+    case kGet:
+      out->timeout_ms = r.i64();
+      out->key = r.str();
+      return r.at_end() ? "" : "malformed GET";
+    case kWait:
+      out->timeout_ms = r.i64();
+      out->keys = r.keys();
+      return r.at_end() ? "" : "malformed WAIT";
+    case kAdd:
+      out->key = r.str();
+      out->delta = r.i64();
+      return r.at_end() ? "" : "malformed ADD";
+    case kCheck:
+      out->key = r.str();
+      return r.at_end() ? "" : "malformed CHECK";
+  }
+  return "unknown command " + std::to_string(out->cmd);
+}
+
+}  // namespace store_wire
 
 // ---------------------------------------------------------------------------------------------
 // Client. Several threads may share it: each request gets an id; requests are written under

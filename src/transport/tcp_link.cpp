@@ -43,7 +43,7 @@ constexpr int kSocketBuffer = 0;
 constexpr int kSendBatch = 16;
 
 constexpr uint32_t kHelloMagic = 0x53484f4c;  // "SHOL"
-constexpr size_t kHelloBytes = 4 + 32 + 4 + 4;
+constexpr size_t kHelloBytes = kTcpHelloBytes;
 constexpr uint8_t kHelloAck = 1;
 // A connection must present its hello within this long, so a silent intruder cannot stall set-up.
 constexpr auto kHelloTimeout = std::chrono::seconds(2);
@@ -373,13 +373,6 @@ std::string addr_string(const sockaddr_in& a) {
   return std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
 }
 
-void encode_hello(uint8_t* out, const std::array<uint8_t, 32>& secret, int rank, int stream) {
-  put32(out, kHelloMagic);
-  std::memcpy(out + 4, secret.data(), 32);
-  put32(out + 36, static_cast<uint32_t>(rank));
-  put32(out + 40, static_cast<uint32_t>(stream));
-}
-
 Millis remaining(Clock::time_point deadline) {
   auto now = Clock::now();
   if (now >= deadline) return Millis(0);
@@ -443,6 +436,33 @@ struct SetupFds {
 };
 
 }  // namespace
+
+void encode_tcp_hello(uint8_t* out, const std::array<uint8_t, 32>& secret, int rank, int stream) {
+  put32(out, kHelloMagic);
+  std::memcpy(out + 4, secret.data(), 32);
+  put32(out + 36, static_cast<uint32_t>(rank));
+  put32(out + 40, static_cast<uint32_t>(stream));
+}
+
+std::string check_tcp_hello(const uint8_t* hello, const TcpConfig& cfg, int* peer, int* stream) {
+  uint32_t magic = get32(hello);
+  int r = static_cast<int32_t>(get32(hello + 36));
+  int s = static_cast<int32_t>(get32(hello + 40));
+  uint8_t diff = 0;
+  for (int b = 0; b < 32; ++b) diff |= hello[4 + b] ^ cfg.secret[b];
+  if (magic != kHelloMagic) return "bad hello magic (not a shoal peer)";
+  if (diff != 0) return "wrong group secret (another group, or not a shoal peer)";
+  if (r <= cfg.rank || r >= cfg.size || static_cast<size_t>(r) >= cfg.use_tcp.size() || !cfg.use_tcp[r] || s < 0 ||
+      s >= cfg.streams)
+    return format("unexpected rank %d / stream %d in hello", r, s);
+  *peer = r;
+  *stream = s;
+  return "";
+}
+
+std::unique_ptr<Link> make_tcp_link(int peer, const std::vector<int>& fds) {
+  return std::make_unique<TcpLink>(peer, fds);
+}
 
 std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConfig& cfg) {
   if (cfg.size < 1 || cfg.rank < 0 || cfg.rank >= cfg.size)
@@ -618,18 +638,10 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
         }
         c.got += static_cast<size_t>(n);
         if (c.got < kHelloBytes) continue;
-        uint32_t magic = get32(c.buf);
-        int r = static_cast<int32_t>(get32(c.buf + 36));
-        int s = static_cast<int32_t>(get32(c.buf + 40));
-        uint8_t diff = 0;
-        for (int b = 0; b < 32; ++b) diff |= c.buf[4 + b] ^ cfg.secret[b];
-        if (magic != kHelloMagic) {
-          reject(c, "bad hello magic (not a shoal peer)");
-        } else if (diff != 0) {
-          reject(c, "wrong group secret (another group, or not a shoal peer)");
-        } else if (r <= rank || r >= cfg.size || !tcp_peer(r) || s < 0 || s >= nstreams) {
-          std::string why = format("unexpected rank %d / stream %d in hello", r, s);
-          reject(c, why.c_str());
+        int r = -1, s = -1;
+        std::string bad = check_tcp_hello(c.buf, cfg, &r, &s);
+        if (!bad.empty()) {
+          reject(c, bad.c_str());
         } else if (fds.in[r][s] >= 0) {
           std::string why = format("duplicate connection for rank %d stream %d", r, s);
           reject(c, why.c_str());
@@ -661,7 +673,7 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
         }
         if (o.st == Outgoing::St::hello) {
           uint8_t hello[kHelloBytes];
-          encode_hello(hello, cfg.secret, rank, o.stream);
+          encode_tcp_hello(hello, cfg.secret, rank, o.stream);
           ssize_t n = ::send(o.fd, hello + o.sent, kHelloBytes - o.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
           if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
           if (n < 0) {

@@ -38,4 +38,16 @@ struct TcpConfig {
 // Returns one Link per peer, null where use_tcp is false (and for this rank).
 std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConfig& cfg);
 
+// The hello every connection opens with: u32 magic, the group's 32-byte secret, u32 rank,
+// u32 stream (little-endian).
+constexpr size_t kTcpHelloBytes = 4 + 32 + 4 + 4;
+void encode_tcp_hello(uint8_t* out, const std::array<uint8_t, 32>& secret, int rank, int stream);
+// Checks a hello received by rank cfg.rank: "" when it is from a stream of a higher TCP peer of this
+// group (*peer and *stream say which), else why the connection is refused.
+std::string check_tcp_hello(const uint8_t* hello, const TcpConfig& cfg, int* peer, int* stream);
+
+// The TCP Link over already connected sockets (one per stream, owned by the link from now on):
+// what connect_tcp_links makes; for tests and the fuzzer (tests/fuzz/fuzz_tcp_frames.cpp).
+std::unique_ptr<Link> make_tcp_link(int peer, const std::vector<int>& fds);
+
 }  // namespace shoal

@@ -1,0 +1,103 @@
+# Sanitizer builds of the C++ suite, and the libFuzzer targets. Included by the top-level Makefile.
+#
+#   make asan        configure + build into build/asan with AddressSanitizer + UndefinedBehavior-
+#                    Sanitizer (UB aborts: -fno-sanitize-recover), run the ctest suite there
+#   make tsan        the same into build/tsan with ThreadSanitizer
+#   make fuzz        build the libFuzzer targets (tests/fuzz/*.cpp, clang) into build/fuzz and run
+#                    each for FUZZ_SECONDS (default 300) from its seed corpus
+#   make fuzz-smoke  the same for FUZZ_SMOKE_SECONDS (default 20) each
+#
+# Every process the tests spawn (forked rank processes, shoal-run and what it execs) inherits the
+# *SAN_OPTIONS below, so a report in a child makes it exit with a non-zero code (or die on a
+# signal), which fails its test. Suppressions, each with its reason: tests/tsan.supp,
+# tests/ubsan.supp.
+
+SAN_JOBS ?= $(JOBS)
+SAN_BUILD_TYPE ?= RelWithDebInfo
+SAN_CTEST_ARGS ?=
+ASAN_BUILD ?= $(BUILD)/asan
+TSAN_BUILD ?= $(BUILD)/tsan
+FUZZ_BUILD ?= $(BUILD)/fuzz
+FUZZ_SECONDS ?= 300
+FUZZ_SMOKE_SECONDS ?= 20
+FUZZ_CXX ?= $(firstword $(shell command -v clang++ clang++-14 2>/dev/null))
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.cpp,%,$(wildcard tests/fuzz/*.cpp))
+SAN_APT_PACKAGES := clang libclang-rt-14-dev
+
+ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
+
+# exitcode 66/67/68: a sanitizer's report, told apart from a test's own failures.
+export ASAN_OPTIONS ?= halt_on_error=1:exitcode=66:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:print_summary=1
+export UBSAN_OPTIONS ?= halt_on_error=1:exitcode=67:print_stacktrace=1:report_error_type=1:suppressions=$(CURDIR)/tests/ubsan.supp
+export TSAN_OPTIONS ?= halt_on_error=1:exitcode=68:second_deadlock_stack=1:history_size=4:suppressions=$(CURDIR)/tests/tsan.supp
+
+.PHONY: asan tsan asan-build tsan-build fuzz fuzz-smoke fuzz-build san-deps
+
+san-deps:
+	@missing=""; for p in $(SAN_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
+	fi
+
+asan-build: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=$(SAN_BUILD_TYPE) -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" >/dev/null
+	cmake --build $(ASAN_BUILD) -j$(SAN_JOBS)
+
+asan: asan-build
+	cd $(ASAN_BUILD) && ctest --output-on-failure --timeout 900 -j$(SAN_JOBS) $(SAN_CTEST_ARGS)
+
+tsan-build: deps
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=$(SAN_BUILD_TYPE) -DCMAKE_CXX_FLAGS="$(TSAN_FLAGS)" >/dev/null
+	cmake --build $(TSAN_BUILD) -j$(SAN_JOBS)
+
+tsan: tsan-build
+	cd $(TSAN_BUILD) && ctest --output-on-failure --timeout 900 -j$(SAN_JOBS) $(SAN_CTEST_ARGS)
+
+# ---- libFuzzer ---------------------------------------------------------------------------------
+# Each tests/fuzz/<target>.cpp is linked with the few library sources it reaches (instrumented for
+# coverage, ASan and UBSan). Seeds: tests/fuzz/corpus/<target>/ (read-only); what the fuzzer
+# learns goes to $(FUZZ_BUILD)/corpus/<target>/, crashes to $(FUZZ_BUILD)/crash-<target>-*.
+# Limits make unbounded allocation (-malloc_limit_mb: any single allocation above it, -rss_limit_mb)
+# and hangs (-timeout: seconds per input) findings, like crashes.
+FUZZ_LIMITS ?= -rss_limit_mb=512 -malloc_limit_mb=256 -timeout=5
+FUZZ_CXXFLAGS := -std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
+  -fno-sanitize-recover=undefined -Iinclude -Isrc -MMD -MP
+FUZZ_LIB_SOURCES := src/store/tcp_store.cpp src/transport/tcp_link.cpp src/core/log.cpp
+FUZZ_LIB_OBJS := $(FUZZ_LIB_SOURCES:%.cpp=$(FUZZ_BUILD)/obj/%.o)
+FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/bin/%)
+
+$(FUZZ_BUILD)/obj/%.o: %.cpp
+	@mkdir -p $(@D)
+	@test -n "$(FUZZ_CXX)" || { echo "no clang++: make san-deps installs it"; exit 1; }
+	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) -c $< -o $@
+
+$(FUZZ_BUILD)/bin/%: $(FUZZ_BUILD)/obj/tests/fuzz/%.o $(FUZZ_LIB_OBJS)
+	@mkdir -p $(@D)
+	$(FUZZ_CXX) -fsanitize=fuzzer,address,undefined $^ -o $@ -lpthread
+
+.SECONDARY: $(FUZZ_LIB_OBJS) $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/obj/tests/fuzz/%.o)  # keep: rebuild only what changed
+
+-include $(wildcard $(FUZZ_BUILD)/obj/*/*.d $(FUZZ_BUILD)/obj/*/*/*.d)
+
+fuzz-build: san-deps $(FUZZ_BINS)
+
+# $(1): seconds per target.
+define run_fuzzers
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
+	  echo "== fuzz $$t for $(1) s"; \
+	  $(FUZZ_BUILD)/bin/$$t -max_total_time=$(1) $(FUZZ_LIMITS) -print_final_stats=1 \
+	    -artifact_prefix=$(FUZZ_BUILD)/crash-$$t- $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t \
+	    > $(FUZZ_BUILD)/$$t.log 2>&1 || { tail -n 60 $(FUZZ_BUILD)/$$t.log; echo "fuzz $$t: FAILED (log: $(FUZZ_BUILD)/$$t.log)"; exit 1; }; \
+	  grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)' $(FUZZ_BUILD)/$$t.log | tr '\n' ' '; echo; \
+	done
+endef
+
+fuzz: fuzz-build
+	$(call run_fuzzers,$(FUZZ_SECONDS))
+
+fuzz-smoke: fuzz-build
+	$(call run_fuzzers,$(FUZZ_SMOKE_SECONDS))
