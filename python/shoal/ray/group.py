@@ -94,10 +94,11 @@ def _form_store(group_name: str, rank: int, world_size: int, timeout_s: float) -
         if value is not None:
             host, port, _nonce = value.decode().rsplit(":", 2)
             try:
-                # A short connect: a stale entry (rank 0 of an earlier group died before deleting
-                # it) refuses the connection and we read the key again.
+                # A bounded connect: a stale entry (rank 0 of an earlier group died before
+                # deleting it) fails it and we read the key again. Not too short: rank 0 may be
+                # slow to answer while many ranks share few cores.
                 store = dist.TCPStore(host, int(port), world_size, False,
-                                      datetime.timedelta(seconds=min(5.0, timeout_s)))
+                                      datetime.timedelta(seconds=min(30.0, timeout_s)))
                 store.set_timeout(datetime.timedelta(seconds=timeout_s))
                 return store
             except (RuntimeError, dist.DistStoreError):
