@@ -45,6 +45,8 @@ demo: setup build python-install
 	@echo
 	$(PY) -m shoal.bench --backends shoal,gloo --ops all_reduce,all_gather,broadcast,reduce_scatter,all_to_all \
 	  -n 4 -b 4K -e 16M -f 16 --ddp
+	@echo
+	$(PY) -m shoal.ray.demo --workers 4 --world 8 --size 8388608
 
 include mk/python.mk
 include mk/sanitize.mk
