@@ -1,8 +1,9 @@
 // shoal-bench: the Gloo side, run as PyTorch's ProcessGroupGloo runs it on CPU tensors: the TCP
-// transport (here on 127.0.0.1), the unbound-buffer collectives of gloo/*.h with their default
-// algorithms, gloo::sum/product/min/max as reduction functions, root 0. reduce_scatter is what
-// ProcessGroupGloo::reduce_scatter_tensor_coalesced does: clone the input, allreduce it in place,
-// copy this rank's block out. sendrecv is an unbound buffer send 0 -> 1 (ProcessGroupGloo::send).
+// transport (on the address shoal's TCP transport advertises), the unbound-buffer collectives of
+// gloo/*.h with their default algorithms, gloo::sum/product/min/max as reduction functions,
+// root 0. reduce_scatter is what ProcessGroupGloo::reduce_scatter_tensor_coalesced does: clone the
+// input, allreduce it in place, copy this rank's block out. sendrecv is an unbound buffer send
+// 0 -> 1 (ProcessGroupGloo::send).
 #include "bench/bench.h"
 
 #if defined(SHOAL_HAVE_GLOO) && SHOAL_HAVE_GLOO
@@ -22,6 +23,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -121,12 +123,21 @@ Func reduce_fn(ReduceOp op) {
   }
 }
 
+// The address Gloo listens on and advertises: the one shoal's TCP transport advertises (SHOAL_HOST,
+// else the local address of the connection to the TCP store, else 127.0.0.1), so that both run
+// over the same interface, across hosts too.
+std::string gloo_host(shoal::Store& store) {
+  if (const char* h = std::getenv("SHOAL_HOST"); h && *h) return h;
+  if (auto* t = dynamic_cast<shoal::TcpStore*>(&store)) return t->local_address();
+  return "127.0.0.1";
+}
+
 class GlooRunner final : public Runner {
  public:
   GlooRunner(std::shared_ptr<shoal::Store> store, int rank, int size, std::chrono::milliseconds timeout)
       : timeout_(timeout) {
     gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1";
+    attr.hostname = gloo_host(*store);
     dev_ = gloo::transport::tcp::CreateDevice(attr);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
     ctx->setTimeout(timeout);

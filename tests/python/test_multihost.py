@@ -1,0 +1,116 @@
+"""shoal across (fake) hosts: 2 hosts x 2 ranks and 2 hosts x 3 ranks made with network, UTS and
+mount namespaces (scripts/netns_hosts.py). The store runs on host 0, the ranks are started by the
+environment contract of docs/launch.md, each one runs `build/shoal-bench OP --check` as one rank
+of the job. Shows from shoal's own log (SHOAL_LOG=info, "group ready ... transports:") that ranks
+of one host talk through shared memory and ranks of different hosts through TCP.
+
+Needs root and `ip netns` (skipped otherwise); the fake hosts are removed at the end, even after
+a failure. Run alone: `sudo python3 -m pytest -q tests/python/test_multihost.py` (~20-40 s).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+import netns_hosts  # noqa: E402
+
+BUILD = os.environ.get("SHOAL_BUILD_DIR", os.path.join(ROOT, "build"))
+BENCH = os.path.join(BUILD, "shoal-bench")
+STORE = os.path.join(BUILD, "shoal-store")
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    ok, why = netns_hosts.available()
+    if not ok:
+        pytest.skip(why)
+    for b in (BENCH, STORE):
+        if not os.access(b, os.X_OK):
+            pytest.skip(f"{b} not built")
+    h = netns_hosts.FakeHosts(2)
+    try:
+        h.up()
+    except (PermissionError, RuntimeError) as e:
+        pytest.skip(f"cannot create fake hosts: {e}")
+    try:
+        yield h
+    finally:
+        h.down()
+    assert not netns_hosts.existing_hosts()
+
+
+def bench(hosts, layout, op, sizes=("4K", "1M", "16"), extra=(), env=None):
+    e = dict(os.environ, SHOAL_LOG="info", SHOAL_TIMEOUT="60")
+    e.update(env or {})
+    lo, hi, f = sizes
+    argv = [BENCH, op, "-n", str(len(layout)), "-b", lo, "-e", hi, "-f", f, "--check",
+            "--iters", "3", "--warmup", "1", *extra]
+    res = netns_hosts.run_job(hosts, layout, argv, env=e, store_bin=STORE, timeout=90)
+    assert res.ok, res.describe()
+    return res
+
+
+def check_transports(res):
+    """Every rank logged its transports; same fake host <=> shm, other fake host <=> tcp."""
+    got = netns_hosts.transports_from_log("".join(res.errs))
+    layout = res.layout
+    assert sorted(got) == list(range(len(layout))), res.describe()
+    for r, row in got.items():
+        want = ["self" if q == r else "shm" if layout[q] == layout[r] else "tcp" for q in range(len(layout))]
+        assert row == want, f"rank {r} on {netns_hosts.host_name(layout[r])}: {row} != {want}"
+
+
+def check_rows(stdout, n, gloo=False):
+    """rank 0's table has n data rows, each with check `ok` for shoal (and for Gloo)."""
+    rows = [line.split("|") for line in stdout.splitlines() if line.strip() and not line.startswith("#")]
+    assert len(rows) == n, stdout
+    for cols in rows:
+        assert cols[1].split()[-1] == "ok", stdout
+        if gloo:
+            assert cols[2].split()[-1] == "ok", stdout
+
+
+def test_fake_hosts_differ(hosts):
+    """What shoal's same-host test looks at differs between fake hosts: hostname and /dev/shm."""
+    import subprocess
+    names, shm = [], []
+    for i in range(2):
+        argv = hosts.argv(i, ["sh", "-c", f"hostname; touch /dev/shm/shoal-probe-{i}; ls /dev/shm"])
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=True).stdout.split()
+        names.append(out[0]), shm.append(out[1:])
+    assert names == ["shoal-h0", "shoal-h1"]
+    assert shm == [["shoal-probe-0"], ["shoal-probe-1"]]
+    assert not os.path.exists("/dev/shm/shoal-probe-0")
+
+
+@pytest.mark.parametrize("op", ["allreduce", "allgather", "broadcast", "alltoall"])
+def test_collectives_2x2(hosts, op):
+    res = bench(hosts, [0, 0, 1, 1], op, extra=["--vs", "gloo"] if op == "allreduce" else [])
+    check_transports(res)
+    gloo = op == "allreduce" and "gloo: not built in" not in res.outs[0]
+    check_rows(res.outs[0], 3, gloo=gloo)
+    if gloo:  # Gloo ran across the hosts too, on the fake hosts' addresses
+        assert "addr=[10.77.0." in res.outs[0], res.outs[0]
+
+
+@pytest.mark.parametrize("layout", [[0, 1, 0, 1], [0, 0, 1, 1]], ids=["cross-host", "same-host"])
+def test_sendrecv_2x2(hosts, layout):
+    """sendrecv is rank 0 -> rank 1: across the hosts (interleaved layout) and within one."""
+    res = bench(hosts, layout, "sendrecv", sizes=("4K", "16M", "64"))
+    check_transports(res)
+    want = "shm" if layout[0] == layout[1] else "tcp"
+    assert f"(rank 0 -> 1: {want})" in res.outs[0]
+    check_rows(res.outs[0], 3)
+
+
+@pytest.mark.parametrize("op", ["allreduce", "alltoall"])
+def test_collectives_2x3(hosts, op):
+    res = bench(hosts, [0, 0, 0, 1, 1, 1], op, sizes=("6K", "1536K", "16"))
+    check_transports(res)
+    check_rows(res.outs[0], 3)
