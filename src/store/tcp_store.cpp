@@ -354,6 +354,7 @@ class StoreServer {
     uint8_t cmd = 0;
     std::vector<std::string> keys;
     TimePoint deadline;
+    const std::string* filed = nullptr;  // the by_key_ entry (key) listing this waiter, if any
   };
 
   void cleanup_fds() {
@@ -570,7 +571,9 @@ class StoreServer {
     if (it == waiters_.end()) return true;
     Waiter& w = it->second;
     if (const std::string* missing = first_missing(w)) {
-      by_key_[*missing].push_back(id);
+      auto [kit, _] = by_key_.try_emplace(*missing);
+      kit->second.push_back(id);
+      w.filed = &kit->first;  // node-based map: stable until that entry is erased
       return false;
     }
     auto cit = clients_.find(w.client);
@@ -604,8 +607,16 @@ class StoreServer {
     by_deadline_.erase({it->second.deadline, id});
     auto cit = clients_.find(it->second.client);
     if (cit != clients_.end()) cit->second->waiters.erase(id);
+    if (it->second.filed) {
+      // Unfile it: a waiter that timed out (or whose client left) on a key that is never set
+      // would otherwise stay in by_key_ for the server's lifetime (unbounded growth).
+      auto kit = by_key_.find(*it->second.filed);
+      if (kit != by_key_.end()) {
+        std::erase(kit->second, id);
+        if (kit->second.empty()) by_key_.erase(kit);
+      }
+    }
     waiters_.erase(it);
-    // by_key_ may keep the id: it is skipped (and dropped) when that key is set.
   }
 
   void key_set(const std::string& key) {
@@ -613,6 +624,10 @@ class StoreServer {
     if (it == by_key_.end()) return;
     std::vector<uint64_t> ids = std::move(it->second);
     by_key_.erase(it);
+    for (uint64_t id : ids) {
+      auto wit = waiters_.find(id);
+      if (wit != waiters_.end()) wit->second.filed = nullptr;  // its entry is gone
+    }
     for (uint64_t id : ids) try_complete(id);
   }
 
