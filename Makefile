@@ -50,6 +50,7 @@ demo: setup build python-install
 
 include mk/python.mk
 include mk/sanitize.mk
+include mk/soak.mk
 
 clean:
 	rm -rf $(BUILD) .deps-stamp
