@@ -529,3 +529,146 @@ TEST(DevShm, WholeGroupKilled) {
 }
 
 }  // namespace
+
+// ---- A rank killed during each kind of op, then the survivors regroup -------------------------
+//
+// For every op and transport: rank 2 of 4 starts the op and dies (SIGKILL) 40 ms in; the others
+// loop on the same op and must fail with a PeerError naming rank 2 within kDetectBound, leave no
+// segment in /dev/shm, and then form a new group of 3 (a fresh store namespace, ranks renumbered)
+// in which an allreduce gives the right sum.
+
+namespace {
+
+// One call of `op` on every rank of `c` (count elements per block), waited for.
+void run_op(Communicator& c, const std::string& op, std::vector<float>& a, std::vector<float>& b, size_t count) {
+  const int n = c.size(), r = c.rank();
+  if (op == "broadcast") c.broadcast(a.data(), count, DType::f32, 0)->wait();
+  if (op == "reduce") c.reduce(a.data(), b.data(), count, DType::f32, ReduceOp::sum, 0)->wait();
+  if (op == "allgather") c.allgather(a.data(), b.data(), count, DType::f32)->wait();
+  if (op == "reduce_scatter") c.reduce_scatter(a.data(), b.data(), count, DType::f32, ReduceOp::sum)->wait();
+  if (op == "gather") c.gather(a.data(), b.data(), count, DType::f32, 0)->wait();
+  if (op == "scatter") c.scatter(a.data(), b.data(), count, DType::f32, 0)->wait();
+  if (op == "alltoall") c.alltoall(a.data(), b.data(), count, DType::f32)->wait();
+  if (op == "sendrecv") {  // ring shift: everyone sends right and receives from the left
+    auto s = c.send(a.data(), count, DType::f32, (r + 1) % n, 5);
+    auto v = c.recv(b.data(), count, DType::f32, (r + n - 1) % n, 5);
+    s->wait();
+    v->wait();
+  }
+}
+
+// After the failure: the survivors (all ranks but `victim`) form a new group and allreduce.
+void regroup_and_check(int old_rank, int old_size, int victim) {
+  const int rank = old_rank < victim ? old_rank : old_rank - 1, size = old_size - 1;
+  Options o = Options::from_env({});
+  o.group_name = "regroup";
+  o.timeout = std::chrono::seconds(20);
+  Communicator c2(std::make_shared<FileStore>(run_dir() + "/regroup-store"), rank, size, o);
+  std::vector<float> x(4099, float(rank + 1)), y(4099, 0.0f);
+  c2.allreduce(x.data(), y.data(), x.size(), DType::f32, ReduceOp::sum)->wait();
+  const float want = float(size * (size + 1) / 2);
+  for (float v : y) SH_CHECK(v == want) << "allreduce in the new group gave " << v << ", not " << want;
+  note("regrouped=1");
+}
+
+}  // namespace
+
+class KillDuringOp : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(KillDuringOp, SurvivorsFailFastAndRegroup) {
+  const auto& [transport, op] = GetParam();
+  constexpr int n = 4, victim = 2;
+  auto before = dev_shm_now();
+  auto res = run_ranks_outcomes(n, failure_config(transport, 60), [op = op](Communicator& c) {
+    const size_t count = size_t(1) << 20;  // 4 MiB of f32 per block
+    std::vector<float> a(count * n, 1.0f), b(count * n, 0.0f);
+    if (c.rank() == victim) {
+      std::jthread t([&] {
+        try {
+          run_op(c, op, a, b, count);
+        } catch (...) {
+        }
+      });
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      die_now();
+    }
+    try {
+      for (int it = 0; it < 5000; ++it) run_op(c, op, a, b, count);
+    } catch (const Error&) {
+      const double t = now_seconds();
+      check_later_ops_fail(c);
+      wait_all_failed(n - 1);
+      note("fail_at=" + std::to_string(t));
+      regroup_and_check(c.rank(), n, victim);
+      throw;
+    }
+    SH_CHECK(false) << "5000 " << op << "s succeeded with a dead peer";
+  });
+  expect_survivors_failed(res, victim);
+  for (const auto& o : res.ranks) {
+    if (o.rank == victim) continue;
+    EXPECT_EQ(note_value(o.notes, "regrouped"), "1") << res.describe();
+  }
+  expect_private_modes(res);
+  auto left = leftover_segments(before, res);
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, KillDuringOp,
+                         ::testing::Combine(::testing::Values("shm", "tcp"),
+                                            ::testing::Values("broadcast", "reduce", "allgather", "reduce_scatter",
+                                                              "gather", "scatter", "alltoall", "sendrecv")),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& i) {
+                           return std::get<0>(i.param) + "_" + std::get<1>(i.param);
+                         });
+
+// ---- A peer that stalls (SIGSTOP) --------------------------------------------------------------
+//
+// Rank 1 of 3 stops itself in the middle of a stream of allreduces: it is alive (its pid and
+// sockets stay) but makes no progress, so no peer death is seen; the others must fail at the
+// group's timeout (3 s) with a Timeout naming the op. Rank 0 then kills the stopped rank.
+class StalledPeer : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StalledPeer, TripsTheTimeout) {
+  const std::string transport = GetParam();
+  constexpr int n = 3, stalled = 1;
+  auto before = dev_shm_now();
+  RunConfig cfg = failure_config(transport, 3);
+  auto res = run_ranks_outcomes(n, cfg, [](Communicator& c) {
+    std::vector<float> a(1 << 18, 1.0f), b(1 << 18, 0.0f);
+    c.barrier()->wait();
+    if (c.rank() == stalled) {
+      store_time(&shared()->kill_time, now_seconds());
+      ::raise(SIGSTOP);
+      ::_exit(112);  // reached only if continued: the test kills it instead
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    mark_time();
+    try {
+      for (int it = 0; it < 100000; ++it) c.allreduce(a.data(), b.data(), a.size(), DType::f32, ReduceOp::sum)->wait();
+    } catch (const Error&) {
+      if (c.rank() == 0) ::kill(group_pids()[stalled], SIGKILL);
+      throw;
+    }
+    SH_CHECK(false) << "allreduces went on with a stopped peer";
+  });
+  bool some_timeout = false;
+  for (const auto& o : res.ranks) {
+    if (o.rank == stalled) continue;
+    SCOPED_TRACE("rank " + std::to_string(o.rank));
+    ASSERT_FALSE(o.hung) << res.describe();
+    // One survivor times out; the other may hear of it first as a PeerError (the timed-out rank
+    // aborts its communicator and tells the group).
+    EXPECT_TRUE(o.error_kind == "Timeout" || o.error_kind == "PeerError") << res.describe();
+    some_timeout |= o.error_kind == "Timeout";
+    EXPECT_LT(o.fail_seconds, 3.0 + kDetectBound) << res.describe();
+    if (o.error_kind == "Timeout") {
+      EXPECT_NE(o.message.find("allreduce"), std::string::npos) << "the Timeout does not name the op: " << o.message;
+    }
+  }
+  EXPECT_TRUE(some_timeout) << res.describe();
+  auto left = leftover_segments(before, res);
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, StalledPeer, ::testing::Values("shm", "tcp"));
