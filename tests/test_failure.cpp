@@ -5,6 +5,9 @@
 //  - a peer that never calls the op: the op fails at the group's timeout (2 s) with a Timeout
 //    naming the op;
 //  - abort() from another thread unblocks a pending op, and the peers learn about it;
+//  - a rank killed during each kind of op (broadcast .. sendrecv), on shm and tcp: the survivors
+//    fail fast naming it, then form a new group among themselves that works;
+//  - a peer that stalls (SIGSTOP): the others fail at the group's timeout;
 //  - shared-memory segments are private (mode 0600) and none is left in /dev/shm afterwards,
 //    even when ranks crash (before, during or after the rendezvous).
 #include <signal.h>

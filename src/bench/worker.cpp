@@ -492,6 +492,17 @@ int worker_main(const Config& cfg) {
       }
     }
 
+    // A broken group (a peer died, timed out or cannot be reached) ends the run on this rank at
+    // once: the result exchange below could wait for peers that will never post (a host whose
+    // link is down cannot reach the store either), and the error is the news.
+    for (int b = 0; b < nph; ++b) {
+      if (!ph[b].fatal) continue;
+      std::fprintf(stderr, "shoal-bench: rank %d: %s failed: %s\n", rank, b == 0 ? "shoal" : "gloo", ph[b].error.c_str());
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+
     // 4. Results to every rank (every rank needs to know whether a backend is to be disabled).
     {
       std::ostringstream mine;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <future>
 #include <list>
 #include <mutex>
 #include <thread>
@@ -23,6 +24,9 @@
 
 namespace shoal {
 namespace {
+
+// How long an aborting rank waits for its reason to reach the store before it closes its links.
+constexpr std::chrono::milliseconds kAbortPublishWait{500};
 
 uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
@@ -151,7 +155,19 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
   m.engine->begin_op("rendezvous", Clock::now() + opts.timeout);
   m.topo = rendezvous(*prefixed, *m.engine, opts, advertise_host_for(*store));
   m.engine->publish_abort = [prefixed, rank](const std::string& why) {
-    prefixed->set_string("abort/" + std::to_string(rank), why);
+    // Bounded: when the store cannot be reached (its host's link is down, or it died), the
+    // abort must not wait for the store's timeout before failing this rank's ops. The set goes
+    // on in the background (it owns what it uses); peers that look for the reason in time get it.
+    auto done = std::make_shared<std::promise<void>>();
+    auto published = done->get_future();
+    std::thread([prefixed, rank, why, done] {
+      try {
+        prefixed->set_string("abort/" + std::to_string(rank), why);
+      } catch (...) {  // the store may be gone with the peer that hosted it
+      }
+      done->set_value();
+    }).detach();
+    published.wait_for(kAbortPublishWait);
   };
   m.engine->peer_abort_reason = [prefixed](int peer) -> std::string {
     // The peer publishes before it closes its links, so the key is there by the time we see

@@ -114,3 +114,43 @@ def test_collectives_2x3(hosts, op):
     res = bench(hosts, [0, 0, 0, 1, 1, 1], op, sizes=("6K", "1536K", "16"))
     check_transports(res)
     check_rows(res.outs[0], 3)
+
+
+def test_link_down_fails_cleanly(hosts):
+    """Host 1's link drops (its veth taken down) in the middle of a stream of allreduces: no RST,
+    no dead process — the ranks must still all fail within the op deadline (SHOAL_TIMEOUT=3 s) plus
+    a margin, with an error that names the op and the ranks waited for, and leave no segment in
+    either host's /dev/shm. The link comes back up afterwards for the other tests."""
+    import subprocess
+    import threading
+    import time
+
+    layout = [0, 0, 1, 1]
+    e = dict(os.environ, SHOAL_LOG="warn", SHOAL_TIMEOUT="3")
+    argv = [BENCH, "allreduce", "-n", "4", "-b", "1M", "-e", "1M", "--iters", "1000000", "--warmup", "1"]
+    down_at = []
+
+    def drop():
+        down_at.append(time.monotonic())
+        subprocess.run(["ip", "-n", netns_hosts.host_name(1), "link", "set", "eth0", "down"], check=True)
+
+    timer = threading.Timer(3.0, drop)
+    timer.start()
+    try:
+        res = netns_hosts.run_job(hosts, layout, argv, env=e, store_bin=STORE, timeout=60)
+        ended = time.monotonic()
+    finally:
+        timer.cancel()
+        subprocess.run(["ip", "-n", netns_hosts.host_name(1), "link", "set", "eth0", "up"], check=True)
+    assert down_at, "the link was never taken down (the job ended first)"
+    assert all(rc != 0 for rc in res.rcs), res.describe()
+    assert ended - down_at[0] < 3 + 10, f"the job took {ended - down_at[0]:.1f} s to fail\n{res.describe()}"
+    for r in range(4):
+        err = res.errs[r] + res.outs[r]
+        assert "allreduce" in err and ("timed out" in err or "aborted" in err), f"rank {r}:\n{res.describe()}"
+    for h in (0, 1):
+        left = subprocess.run(hosts.argv(h, ["sh", "-c", "ls /dev/shm | grep '^shoal-[0-9]' || true"]),
+                              capture_output=True, text=True).stdout.split()
+        assert not left, f"left in {netns_hosts.host_name(h)}:/dev/shm: {left}"
+    # The hosts reach each other again (later tests rely on it): a job across them works.
+    check_transports(bench(hosts, [0, 1], "sendrecv", sizes=("4K", "64K", "16")))
