@@ -343,3 +343,40 @@ def test_torch_only_dtypes_and_strided_inputs(ray_local):
         want = np.zeros((4, 6), np.float32)
         want[:, ::2] = 3
         assert g["strided"] == want.tolist()  # the skipped columns stay 0
+
+
+def test_killed_actor_fails_the_others_then_survivors_regroup(ray_local):
+    """An actor of the group is killed while the others wait in an allreduce: they raise within
+    seconds, naming its rank; then they destroy the group and form a new one that works."""
+    import time
+
+    actors = [Rank.remote() for _ in range(3)]
+    ray.get([a.init.remote(3, r, "doomed") for r, a in enumerate(actors)])
+
+    def wait_in_allreduce():
+        t0 = time.monotonic()
+        try:
+            col.allreduce(np.ones(1 << 16, np.float32), "doomed")
+            return "no error", 0.0
+        except Exception as e:  # noqa: BLE001
+            return f"{type(e).__name__}: {e}", time.monotonic() - t0
+
+    pending = [a.call.remote(wait_in_allreduce) for a in actors[:2]]
+    time.sleep(1.0)
+    ray.kill(actors[2])
+    got = ray.get(pending, timeout=60)
+    for msg, secs in got:
+        assert msg != "no error"
+        assert "rank 2" in msg, msg
+        assert secs < 1.0 + 10, (msg, secs)
+
+    def regroup(rank):
+        col.destroy_collective_group("doomed")
+        col.init_collective_group(2, rank, backend="shoal", group_name="doomed, again")
+        x = np.full(7, rank + 1.0, np.float32)
+        col.allreduce(x, "doomed, again")
+        return x.tolist()
+
+    assert ray.get([a.call.remote(regroup, r) for r, a in enumerate(actors[:2])], timeout=120) == [[3.0] * 7] * 2
+    for a in actors[:2]:
+        ray.kill(a)
