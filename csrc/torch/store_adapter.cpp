@@ -1,6 +1,13 @@
 #include "store_adapter.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "shoal/error.h"
 
@@ -20,7 +27,37 @@ auto translate(const char* what, const std::string& key, F&& f) -> decltype(f())
   }
 }
 
+// The source address the kernel picks for a datagram to host:port (connect() on a UDP socket
+// sends nothing): the interface that routes to the store's host. "" if it cannot be told.
+std::string route_source_to(const std::string& host, uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) return "";
+  std::string out;
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    char buf[INET_ADDRSTRLEN];
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf))
+      out = buf;
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  return out;
+}
+
 }  // namespace
+
+std::string C10dStoreAdapter::local_address() const {
+  c10::intrusive_ptr<c10d::Store> s = store_;
+  if (auto* p = dynamic_cast<c10d::PrefixStore*>(s.get())) s = p->getUnderlyingNonPrefixStore();
+  if (auto* t = dynamic_cast<c10d::TCPStore*>(s.get())) return route_source_to(t->getHost(), t->getPort());
+  return "";
+}
 
 void C10dStoreAdapter::set(const std::string& key, const shoal::Bytes& value) {
   translate("set", key, [&] { store_->set(key, value); });

@@ -18,6 +18,8 @@ class C10dStoreAdapter : public shoal::Store {
   int64_t add(const std::string& key, int64_t delta) override;
   void wait(const std::vector<std::string>& keys, shoal::Millis timeout) override;
   bool check(const std::string& key) override;
+  // For a c10d TCPStore (under any PrefixStores): the local address of a route to its host.
+  std::string local_address() const override;
 
   const c10::intrusive_ptr<c10d::Store>& c10d_store() const { return store_; }
 

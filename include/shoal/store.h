@@ -23,6 +23,9 @@ class Store {
   virtual void wait(const std::vector<std::string>& keys, Millis timeout) = 0;
   // Non-blocking existence check.
   virtual bool check(const std::string& key) = 0;
+  // This host's address on the route to the store's server, where the store has one ("" for a
+  // file store): what a rank advertises for TCP unless SHOAL_HOST says otherwise.
+  virtual std::string local_address() const { return ""; }
 
   void set_string(const std::string& key, const std::string& v) { set(key, Bytes(v.begin(), v.end())); }
   std::string get_string(const std::string& key, Millis timeout) {
@@ -40,6 +43,7 @@ class PrefixStore : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   void wait(const std::vector<std::string>& keys, Millis timeout) override;
   bool check(const std::string& key) override;
+  std::string local_address() const override { return inner_->local_address(); }
 
  private:
   std::string prefix_;
@@ -60,7 +64,7 @@ class TcpStore : public Store {
   uint16_t port() const;
   // The local IP address of this client's connection to the server: the address peers can reach us
   // on (the interface that routes to the store). Used by the TCP transport to advertise itself.
-  std::string local_address() const;
+  std::string local_address() const override;
 
   struct Impl;
 

@@ -36,7 +36,7 @@ uint64_t mix(uint64_t h, uint64_t v) {
 
 std::string advertise_host_for(Store& store) {
   if (const char* h = std::getenv("SHOAL_HOST"); h && *h) return h;
-  if (auto* t = dynamic_cast<TcpStore*>(&store)) return t->local_address();
+  if (std::string a = store.local_address(); !a.empty()) return a;
   return "127.0.0.1";
 }
 
