@@ -256,8 +256,7 @@ if __name__ != "__main__":
         neither ~/.ray/auth_token nor another run's cluster is involved."""
         import secrets
         e = dict(os.environ, SHOAL_TIMEOUT="60", RAY_USAGE_STATS_ENABLED="0",
-                 RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32),
-                 PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")]))
+                 RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
         e.pop("RAY_AUTH_TOKEN_PATH", None)
         e["PATH"] = os.path.dirname(sys.executable) + os.pathsep + e.get("PATH", "")
         return e
