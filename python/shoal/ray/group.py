@@ -65,18 +65,6 @@ def default_timeout_s() -> float:
         return 300.0
 
 
-def advertise_node_address() -> None:
-    """Sets SHOAL_HOST (the address this process's shoal TCP transport advertises to its peers)
-    to Ray's address of this node, unless it is set already. Needed across hosts: with a
-    torch.distributed store (as here and in torch's env:// rendezvous) the core cannot see the
-    address that reaches the store and would advertise 127.0.0.1. Harmless on one host (peers
-    there use shared memory; the listener binds every address)."""
-    if not os.environ.get("SHOAL_HOST"):
-        import ray
-
-        os.environ["SHOAL_HOST"] = ray.util.get_node_ip_address()
-
-
 def rendezvous_key(group_name: str) -> str:
     return f"shoal/rendezvous/{group_name}"
 
@@ -177,7 +165,6 @@ class ShoalGroup(BaseGroup):
             raise ValueError(f"shoal: rank {rank!r} is not in [0, {world_size})")
         super().__init__(world_size, rank, group_name)
         self._timeout_s = default_timeout_s() if timeout_s is None else float(timeout_s)
-        advertise_node_address()
         self._store = _form_store(group_name, rank, world_size, self._timeout_s)
         prefix = dist.PrefixStore(f"shoal/{group_name}/", self._store)
         self._backend = _C.BackendShoal(prefix, rank, world_size,

@@ -177,7 +177,7 @@ class _BufferPool:
         return torch.from_numpy(arr)
 
     def _give_back(self, mm: mmap.mmap) -> None:
-        if sum(len(m) for q in list(self._free.values()) for m in list(q)) + len(mm) > self.limit():
+        if self.idle_bytes() + len(mm) > self.limit():
             return  # the mapping is unmapped when `mm` goes
         self._free.setdefault(len(mm), collections.deque()).append(mm)
 

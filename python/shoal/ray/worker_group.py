@@ -136,9 +136,6 @@ class _Worker:
         """Sets the environment and the context; returns the worker's device."""
         global _context
         os.environ.update(env)
-        from shoal.ray.group import advertise_node_address
-
-        advertise_node_address()  # SHOAL_HOST: Ray's address of this node, unless set
         device = "cpu"
         if own_gpu_ids:
             try:
