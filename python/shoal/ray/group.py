@@ -215,8 +215,8 @@ class ShoalGroup(BaseGroup):
             c = _Contiguous(t)
             self._run(self._live().reduce([c.t], o), reduce_options)
             c.done()
-        else:  # the input of a non-root rank stays as it was
-            self._run(self._live().reduce([t.contiguous().clone()], o), reduce_options)
+        else:  # the backend only reads a non-root rank's input: it stays as it was
+            self._run(self._live().reduce([t.contiguous()], o), reduce_options)
 
     def allgather(self, tensor_list, tensor, allgather_options=AllGatherOptions()) -> None:
         outs = [_Contiguous(t) for t in _single_list(tensor_list, "allgather")]
