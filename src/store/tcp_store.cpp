@@ -56,6 +56,7 @@ constexpr uint32_t kMaxFrame = 64u << 20;   // 64 MiB
 constexpr uint32_t kMagic = 0x54534853;     // "SHST"
 constexpr uint32_t kVersion = 1;
 constexpr size_t kHeader = 4 + 1 + 4;       // length, command/status, request id
+constexpr uint32_t kHelloLen = 1 + 4 + 4 + 4;  // a HELLO's length field: command, id, magic, version
 constexpr Millis kReplyGrace{10000};        // how much longer than the server's deadline a client waits
 constexpr Millis kServerLinger{5000};       // how long a serving TcpStore's destructor waits for clients
 
@@ -441,12 +442,16 @@ class StoreServer {
 
   void on_readable(Client& c) {
     for (int round = 0; round < 16 && !c.dead; ++round) {
-      // Room to read into: the rest of the current frame when its length is known, else a chunk.
-      size_t want = c.in_len + 65536;
+      // Room to read into: a chunk (small before the HELLO), grown towards the rest of the current
+      // frame as its bytes arrive (at most doubling), never on the say-so of its length field alone:
+      // a connection that only announces a 64 MiB frame must not cost the server 64 MiB.
+      size_t want = c.in_len + (c.hello ? 65536 : 64);
       if (c.in_len >= 4) {
         uint32_t len = get32(c.in.data());
         if (len > kMaxFrame) return drop(c, ("frame of " + std::to_string(len) + " bytes exceeds the 64 MiB limit").c_str());
-        want = std::max(want, size_t(4) + len);
+        if (!c.hello && len > kHelloLen)
+          return drop(c, ("first frame (" + std::to_string(len) + " bytes) is not a shoal store HELLO").c_str());
+        want = std::max(want, std::min(size_t(4) + len, 2 * c.in_len));
       }
       if (c.in.size() < want) c.in.resize(want);
       ssize_t r = recv(c.fd, c.in.data() + c.in_len, c.in.size() - c.in_len, 0);
