@@ -11,8 +11,12 @@ and shoal vs Gloo collectives, in one run; prints markdown. Needs root (exit 77 
    shoal's default streams per peer and with SHOAL_TCP_STREAMS=1.
    Steps 1 and 2 are repeated `--rounds` times, interleaved (the machine may be shared: the
    ratio shoal / iperf3 is taken per round, then the median over rounds).
-3. collectives: `shoal-bench OP --vs gloo` for allreduce, allgather, broadcast on 2 hosts x 2
-   ranks (ranks 0,1 on host 0, 2,3 on host 1), 64 KiB..64 MiB.
+3. collectives: allreduce, allgather, broadcast, reduce on 2 hosts x 2 ranks (ranks 0,1 on host 0,
+   2,3 on host 1) and 2 hosts x 3 ranks, 64 KiB..64 MiB: shoal's automatic choice (the
+   hierarchical algorithms here) with `--vs gloo`, and shoal's flat algorithms (`--algo ring`:
+   the ring allreduce/allgather and the pipelined chain broadcast; `--algo mst` for reduce, the
+   binomial tree, which has no ring) in the same run. busbw is also given as a share of the link's
+   ceiling (step 1).
 
 The fake hosts are removed at the end (also after an error or Ctrl-C).
 """
@@ -61,11 +65,17 @@ def iperf3(hosts: nh.FakeHosts, streams: int, seconds: int) -> float:
         srv.wait(timeout=10) if srv.poll() is None else None
 
 
+# The flat algorithm each collective is compared with (the hierarchical one runs automatically).
+FLAT = {"allreduce": "ring", "allgather": "ring", "broadcast": "ring", "reduce": "mst"}
+LAYOUTS = {"2x2": [0, 0, 1, 1], "2x3": [0, 0, 0, 1, 1, 1]}
+
+
 def bench(hosts: nh.FakeHosts, layout: list[int], op: str, lo: str, hi: str, f: str, env_extra: dict,
-          tmp: str) -> dict:
+          tmp: str, algo: str | None = None) -> dict:
     out = os.path.join(tmp, f"{op}-{len(layout)}-{time.monotonic_ns()}.json")
     env = dict(os.environ, **env_extra)
-    argv = [BENCH, op, "-n", str(len(layout)), "-b", lo, "-e", hi, "-f", f, "--vs", "gloo", "--json", out]
+    argv = [BENCH, op, "-n", str(len(layout)), "-b", lo, "-e", hi, "-f", f, "--json", out]
+    argv += ["--algo", algo] if algo else ["--vs", "gloo"]
     res = nh.run_job(hosts, layout, argv, env=env, store_bin=STORE, timeout=600)
     if not res.ok:
         raise RuntimeError(f"{' '.join(argv)} failed\n{res.describe()}")
@@ -109,8 +119,12 @@ def main() -> int:
                 r["sendrecv"][name] = bench(hosts, [0, 1], "sendrecv", "16M", p2p_hi, "2", extra, tmp)
             results["rounds"].append(r)
             print(f"round {rnd + 1}/{rounds} done", file=sys.stderr)
-        for op in ("allreduce", "allgather", "broadcast"):
-            results["collectives"][op] = bench(hosts, [0, 0, 1, 1], op, "64K", coll_hi, "4", {}, tmp)
+        for lname, layout in LAYOUTS.items():
+            for op, flat in FLAT.items():
+                results["collectives"][f"{op} {lname}"] = {
+                    "auto": bench(hosts, layout, op, "64K", coll_hi, "4", {}, tmp),
+                    "flat": bench(hosts, layout, op, "64K", coll_hi, "4", {}, tmp, algo=flat),
+                    "flat_algo": flat}
     if nh.existing_hosts():
         print("multihost_bench: fake hosts left behind!", file=sys.stderr)
         return 1
@@ -150,18 +164,26 @@ def main() -> int:
             line += f" {statistics.median(bw):.2f} | {statistics.median(pct):.0f}% |"
         print(line)
     print()
-    print("## Collectives, 2 hosts x 2 ranks (ranks 0,1 on host 0; 2,3 on host 1), shoal vs Gloo\n")
-    for op, res in results["collectives"].items():
-        print(f"### {op}\n")
-        print("| size | shoal (us) | shoal busbw (GB/s) | gloo (us) | gloo busbw (GB/s) | gloo/shoal |")
-        print("|---|---|---|---|---|---|")
-        for row in res["rows"]:
+    print("## Collectives across 2 hosts: hierarchical (shoal's automatic choice) vs flat vs Gloo\n")
+    print("2x2: ranks 0,1 on host 0 and 2,3 on host 1; 2x3: ranks 0-2 on host 0 and 3-5 on host 1. "
+          "`gloo/hier` and `flat/hier` are time ratios (above 1: the hierarchical algorithm is faster); "
+          "`% ceiling` is hier's busbw over the median iperf3 ceiling.\n")
+    ceiling = statistics.median(ceil)
+    for name, res in results["collectives"].items():
+        flat = res["flat_algo"]
+        print(f"### {name}\n")
+        print(f"| size | hier (us) | hier busbw (GB/s) | % ceiling | flat {flat} (us) | gloo (us) | gloo/hier | "
+              f"flat/hier |")
+        print("|---|---|---|---|---|---|---|---|")
+        for row, frow in zip(res["auto"]["rows"], res["flat"]["rows"]):
             print(f"| {fmt_bytes(row['bytes'])} | {row['shoal_us']:.0f} | {row['shoal_busbw']:.3f} | "
-                  f"{row['gloo_us']:.0f} | {row['gloo_busbw']:.3f} | {row['ratio']:.2f} |")
+                  f"{100 * row['shoal_busbw'] / ceiling:.0f}% | {frow['shoal_us']:.0f} | {row['gloo_us']:.0f} | "
+                  f"{row['ratio']:.2f} | {frow['shoal_us'] / row['shoal_us']:.2f} |")
         print()
     print("Commands: `iperf3 -s -1 -B 10.77.0.2` on host 1, `iperf3 -c 10.77.0.2 -t T -P 1|N -J` on host 0; "
           "`build/shoal-bench sendrecv -n 2 -b 16M -e 256M -f 2 --vs gloo` (ranks on hosts 0, 1); "
-          "`build/shoal-bench OP -n 4 -b 64K -e 64M -f 4 --vs gloo` (ranks on hosts 0, 0, 1, 1); "
+          "`build/shoal-bench OP -n N -b 64K -e 64M -f 4 --vs gloo` and the same with `--algo ring|mst` "
+          "(ranks on hosts 0, 0, 1, 1 or 0, 0, 0, 1, 1, 1); "
           "store: `build/shoal-store --port 0 --host 10.77.0.1` on host 0.")
     if a.json:
         with open(a.json, "w") as fh:

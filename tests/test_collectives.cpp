@@ -57,20 +57,6 @@ const char* op_str(ReduceOp op) {
   return "?";
 }
 
-const char* algo_str(Algo a) {
-  switch (a) {
-    case Algo::automatic: return "auto";
-    case Algo::ring: return "ring";
-    case Algo::bde: return "bde";
-    case Algo::mst: return "mst";
-    case Algo::direct: return "direct";
-    case Algo::rd: return "rd";
-    case Algo::scatter_allgather: return "scatter_allgather";
-    case Algo::linear: return "linear";
-  }
-  return "?";
-}
-
 // ---- Reduction inputs and their reference ----------------------------------------------------
 
 // Rank r's input element i for `op` on `dt` among n ranks (see the file comment).
@@ -170,7 +156,7 @@ void fill_data_at(DType dt, void* buf, size_t count, uint64_t seed, size_t first
 
 std::string desc_of(const char* what, Algo a, DType dt, const char* op, size_t count, int root = -1,
                     bool inplace = false) {
-  std::string s = std::string(what) + " algo=" + algo_str(a) + " dt=" + dt_name(dt);
+  std::string s = std::string(what) + " algo=" + algo_name(a) + " dt=" + dt_name(dt);
   if (op) s += std::string(" op=") + op;
   s += " count=" + std::to_string(count);
   if (root >= 0) s += " root=" + std::to_string(root);
@@ -204,7 +190,11 @@ void for_data_cases(F&& f) {
 
 // ---- Families ---------------------------------------------------------------------------------
 
-std::vector<Algo> algos_for(const std::string& family, bool shm) {
+// Where the ranks of a group are: one host over shared memory, one host over TCP, or several
+// (simulated) hosts with shared memory inside each (SHOAL_HOST_ID per rank).
+enum class Where { shm, tcp, hosts };
+
+std::vector<Algo> algos_for(const std::string& family, Where w) {
   std::vector<Algo> v;
   if (family == "allreduce") v = {Algo::ring, Algo::bde, Algo::mst, Algo::direct, Algo::automatic};
   if (family == "broadcast") v = {Algo::mst, Algo::scatter_allgather, Algo::linear, Algo::direct, Algo::automatic};
@@ -213,12 +203,13 @@ std::vector<Algo> algos_for(const std::string& family, bool shm) {
   if (family == "allgatherv") v = {Algo::ring, Algo::automatic};
   if (family == "reduce_scatter") v = {Algo::ring, Algo::rd, Algo::direct, Algo::automatic};
   if (family == "gather_scatter") v = {Algo::mst, Algo::linear, Algo::direct, Algo::automatic};
-  if (!shm) v.erase(std::remove(v.begin(), v.end(), Algo::direct), v.end());
+  if (w != Where::shm) v.erase(std::remove(v.begin(), v.end(), Algo::direct), v.end());
+  if (w == Where::hosts && family != "reduce_scatter" && family != "gather_scatter") v.insert(v.end() - 1, Algo::hier);
   return v;
 }
 
-void family_allreduce(Suite& s, bool shm) {
-  for (Algo a : algos_for("allreduce", shm)) {
+void family_allreduce(Suite& s, Where w) {
+  for (Algo a : algos_for("allreduce", w)) {
     int k = 0;
     for_reduction_cases([&](DType dt, ReduceOp op, size_t count, bool) {
       const bool inplace = (k++ % 2) == 1;
@@ -238,8 +229,8 @@ void family_allreduce(Suite& s, bool shm) {
   }
 }
 
-void family_broadcast(Suite& s, bool shm) {
-  for (Algo a : algos_for("broadcast", shm)) {
+void family_broadcast(Suite& s, Where w) {
+  for (Algo a : algos_for("broadcast", w)) {
     int k = 0;
     for_data_cases([&](DType dt, size_t count, bool) {
       const int root = (k++ * 3 + 1) % s.n;
@@ -255,8 +246,8 @@ void family_broadcast(Suite& s, bool shm) {
   }
 }
 
-void family_reduce(Suite& s, bool shm) {
-  for (Algo a : algos_for("reduce", shm)) {
+void family_reduce(Suite& s, Where w) {
+  for (Algo a : algos_for("reduce", w)) {
     int k = 0;
     for_reduction_cases([&](DType dt, ReduceOp op, size_t count, bool) {
       const int kk = k++;
@@ -286,8 +277,8 @@ void family_reduce(Suite& s, bool shm) {
   }
 }
 
-void family_allgather(Suite& s, bool shm) {
-  for (Algo a : algos_for("allgather", shm)) {
+void family_allgather(Suite& s, Where w) {
+  for (Algo a : algos_for("allgather", w)) {
     for_data_cases([&](DType dt, size_t count, bool large) {
       if (large) count = block_large(s.n);
       s.run(desc_of("allgather", a, dt, nullptr, count), [&]() -> std::string {
@@ -317,8 +308,8 @@ std::vector<size_t> allgatherv_counts(int pattern, int n) {
   return c;
 }
 
-void family_allgatherv(Suite& s, bool shm) {
-  for (Algo a : algos_for("allgatherv", shm)) {
+void family_allgatherv(Suite& s, Where w) {
+  for (Algo a : algos_for("allgatherv", w)) {
     for (int pattern = 0; pattern <= 5; ++pattern) {
       for (DType dt : kAllDTypes) {
         if (pattern == 5 && std::find(std::begin(kLargeDTypes), std::end(kLargeDTypes), dt) == std::end(kLargeDTypes))
@@ -327,7 +318,7 @@ void family_allgatherv(Suite& s, bool shm) {
         std::string cs;
         for (size_t x : counts) cs += (cs.empty() ? "" : ",") + std::to_string(x);
         if (cs.size() > 60) cs = cs.substr(0, 60) + "...";
-        s.run(std::string("allgatherv algo=") + algo_str(a) + " dt=" + dt_name(dt) + " counts=" + cs,
+        s.run(std::string("allgatherv algo=") + algo_name(a) + " dt=" + dt_name(dt) + " counts=" + cs,
               [&]() -> std::string {
                 const uint64_t seed = s.seed();
                 size_t total = 0;
@@ -347,8 +338,8 @@ void family_allgatherv(Suite& s, bool shm) {
   }
 }
 
-void family_reduce_scatter(Suite& s, bool shm) {
-  for (Algo a : algos_for("reduce_scatter", shm)) {
+void family_reduce_scatter(Suite& s, Where w) {
+  for (Algo a : algos_for("reduce_scatter", w)) {
     for_reduction_cases([&](DType dt, ReduceOp op, size_t count, bool large) {
       if (large) count = block_large(s.n);
       s.run(desc_of("reduce_scatter", a, dt, op_str(op), count), [&]() -> std::string {
@@ -367,8 +358,8 @@ void family_reduce_scatter(Suite& s, bool shm) {
   }
 }
 
-void family_gather_scatter(Suite& s, bool shm) {
-  for (Algo a : algos_for("gather_scatter", shm)) {
+void family_gather_scatter(Suite& s, Where w) {
+  for (Algo a : algos_for("gather_scatter", w)) {
   int k = 0;
   for_data_cases([&](DType dt, size_t count, bool large) {
     if (large) count = block_large(s.n);
@@ -407,7 +398,7 @@ size_t a2av_count(int pattern, int from, int to, int n) {
   return 0;
 }
 
-void family_alltoall(Suite& s, bool) {
+void family_alltoall(Suite& s, Where) {
   const int n = s.n;
   for_data_cases([&](DType dt, size_t count, bool large) {
     if (large) count = (kLarge / size_t(n * n)) | 1;
@@ -449,7 +440,7 @@ void family_alltoall(Suite& s, bool) {
   }
 }
 
-void family_barrier(Suite& s, bool) {
+void family_barrier(Suite& s, Where) {
   // Round k: every rank counts itself in (shared memory), one rank arrives late, and nobody may
   // leave the barrier before all n have arrived.
   auto* counters = static_cast<uint32_t*>(shared_area());
@@ -468,7 +459,7 @@ void family_barrier(Suite& s, bool) {
 }
 
 // Several ops in flight at once, test() polling, wait(timeout), on_complete; in-place ops.
-void family_async(Suite& s, bool) {
+void family_async(Suite& s, Where) {
   const int n = s.n, rank = s.rank;
   s.run("several ops submitted, then test() until all complete", [&]() -> std::string {
     const uint64_t seed = s.seed();
@@ -603,7 +594,7 @@ void family_async(Suite& s, bool) {
 
 // Requested algorithms that do not apply raise InvalidArgument (the same on every rank) and leave
 // the communicator usable.
-void family_algo_args(Suite& s, bool shm) {
+void family_algo_args(Suite& s, Where w) {
   const int n = s.n, rank = s.rank;
   std::vector<float> in(64 * n, 1.0f), out(64 * n, 0.0f);
   auto check_ok = [&]() -> std::string {
@@ -635,7 +626,11 @@ void family_algo_args(Suite& s, bool shm) {
   expect_invalid("reduce_scatter algo=mst", [&] { return s.c.reduce_scatter(I, O, 64, f, sum, {Algo::mst}); });
   expect_invalid("allreduce algo=scatter_allgather",
                  [&] { return s.c.allreduce(I, O, 64, f, sum, {Algo::scatter_allgather}); });
-  if (!shm && n > 1) {
+  if (w != Where::hosts)
+    expect_invalid("one host: allreduce algo=hier", [&] { return s.c.allreduce(I, O, 64, f, sum, {Algo::hier}); });
+  else
+    expect_invalid("alltoall algo=hier", [&] { return s.c.alltoall(I, O, 64, f, {Algo::hier}); });
+  if (w != Where::shm && n > 1) {
     expect_invalid("tcp allreduce algo=direct", [&] { return s.c.allreduce(I, O, 64, f, sum, {Algo::direct}); });
     expect_invalid("tcp broadcast algo=direct", [&] { return s.c.broadcast(O, 64, f, 0, {Algo::direct}); });
     expect_invalid("tcp reduce algo=direct", [&] { return s.c.reduce(I, O, 64, f, sum, 0, {Algo::direct}); });
@@ -666,22 +661,22 @@ TEST_P(Collectives, Matrix) {
   cfg.env.push_back({"SHOAL_TIMEOUT", ""});
   cfg.env.push_back({"SHOAL_ALGO", ""});
   cfg.limit = std::chrono::seconds(280);
-  const bool shm = transport == "shm";
+  const Where w = transport == "shm" ? Where::shm : Where::tcp;
   auto start = std::chrono::steady_clock::now();
   run_ranks(n, cfg, [&, family = family, transport = transport](Communicator& c) {
     check_transport(c, transport);
     Suite s(c);
-    if (family == "allreduce") family_allreduce(s, shm);
-    else if (family == "broadcast") family_broadcast(s, shm);
-    else if (family == "reduce") family_reduce(s, shm);
-    else if (family == "allgather") family_allgather(s, shm);
-    else if (family == "allgatherv") family_allgatherv(s, shm);
-    else if (family == "reduce_scatter") family_reduce_scatter(s, shm);
-    else if (family == "gather_scatter") family_gather_scatter(s, shm);
-    else if (family == "alltoall") family_alltoall(s, shm);
-    else if (family == "barrier") family_barrier(s, shm);
-    else if (family == "async") family_async(s, shm);
-    else if (family == "algo_args") family_algo_args(s, shm);
+    if (family == "allreduce") family_allreduce(s, w);
+    else if (family == "broadcast") family_broadcast(s, w);
+    else if (family == "reduce") family_reduce(s, w);
+    else if (family == "allgather") family_allgather(s, w);
+    else if (family == "allgatherv") family_allgatherv(s, w);
+    else if (family == "reduce_scatter") family_reduce_scatter(s, w);
+    else if (family == "gather_scatter") family_gather_scatter(s, w);
+    else if (family == "alltoall") family_alltoall(s, w);
+    else if (family == "barrier") family_barrier(s, w);
+    else if (family == "async") family_async(s, w);
+    else if (family == "algo_args") family_algo_args(s, w);
     else SH_CHECK(false) << "unknown family " << family;
     s.finish();
   });
@@ -700,6 +695,77 @@ INSTANTIATE_TEST_SUITE_P(
              std::get<2>(info.param);
     });
 
+// Groups spanning (simulated) hosts: each rank gets SHOAL_HOST_ID from the layout, so ranks on
+// one "host" talk shared memory and ranks on different ones TCP, as on real hosts; the
+// hierarchical algorithms run (automatic and requested) next to the flat ones. Layouts: two hosts
+// of two and of four; consecutive and interleaved ranks; hosts of unequal sizes; a host of one.
+using HostsParam = std::tuple<std::string, std::string>;  // layout (host of each rank), family
+
+std::vector<std::string> split_layout(const std::string& layout) {
+  std::vector<std::string> v;
+  size_t a = 0;
+  while (a <= layout.size()) {
+    size_t b = layout.find(',', a);
+    if (b == std::string::npos) b = layout.size();
+    v.push_back(layout.substr(a, b - a));
+    a = b + 1;
+  }
+  return v;
+}
+
+class CollectivesHosts : public ::testing::TestWithParam<HostsParam> {};
+
+TEST_P(CollectivesHosts, Matrix) {
+  const auto& [layout, family] = GetParam();
+  const std::vector<std::string> host = split_layout(layout);
+  RunConfig cfg = transport_config("shm");
+  cfg.options.timeout = std::chrono::seconds(60);
+  cfg.env.push_back({"SHOAL_TIMEOUT", ""});
+  cfg.env.push_back({"SHOAL_ALGO", ""});
+  cfg.limit = std::chrono::seconds(280);
+  cfg.before_construct = [host](int rank) { setenv("SHOAL_HOST_ID", ("test-host-" + host[rank]).c_str(), 1); };
+  run_ranks(static_cast<int>(host.size()), cfg, [&, family = family](Communicator& c) {
+    for (int p = 0; p < c.size(); ++p) {
+      std::string want = p == c.rank() ? "self" : host[p] == host[c.rank()] ? "shm" : "tcp";
+      SH_CHECK(c.transport_to(p) == want) << "transport_to(" << p << ") = " << c.transport_to(p) << ", expected " << want;
+    }
+    // Several hosts with shared memory inside some: the automatic choice is hierarchical where
+    // there is one (every host of one rank: flat).
+    const bool shared = std::any_of(host.begin(), host.end(), [&](auto& h) { return std::count(host.begin(), host.end(), h) > 1; });
+    for (const char* op : {"allreduce", "broadcast", "reduce", "allgather"})
+      for (size_t bytes : {size_t(0), size_t(4096), size_t(64) << 20}) {
+        Algo a = c.algo_for(op, bytes);
+        SH_CHECK((a == Algo::hier) == shared) << op << " of " << bytes << " bytes: automatic choice " << algo_name(a);
+      }
+    SH_CHECK(c.algo_for("alltoall", 4096) != Algo::hier);
+    Suite s(c);
+    const Where w = Where::hosts;
+    if (family == "allreduce") family_allreduce(s, w);
+    else if (family == "broadcast") family_broadcast(s, w);
+    else if (family == "reduce") family_reduce(s, w);
+    else if (family == "allgather") family_allgather(s, w);
+    else if (family == "allgatherv") family_allgatherv(s, w);
+    else if (family == "others") {
+      family_reduce_scatter(s, w);
+      family_gather_scatter(s, w);
+      family_alltoall(s, w);
+      family_barrier(s, w);
+      family_algo_args(s, w);
+    } else SH_CHECK(false) << "unknown family " << family;
+    s.finish();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, CollectivesHosts,
+    ::testing::Combine(::testing::Values("0,0,1,1", "0,1,0,1,0", "0,0,1,1,1,2", "0,0,0,0,1,1,1,1"),
+                       ::testing::Values("allreduce", "broadcast", "reduce", "allgather", "allgatherv", "others")),
+    [](const ::testing::TestParamInfo<HostsParam>& info) {
+      std::string l = std::get<0>(info.param);
+      std::replace(l.begin(), l.end(), ',', '_');
+      return "hosts_" + l + "_" + std::get<1>(info.param);
+    });
+
 // The same group set up through a TcpStore (rank 0 serves it on a free port) instead of a
 // FileStore: a few families, both transports.
 TEST(CollectivesTcpStore, Families) {
@@ -714,9 +780,10 @@ TEST(CollectivesTcpStore, Families) {
     run_ranks(4, cfg, [transport](Communicator& c) {
       check_transport(c, transport);
       Suite s(c);
-      family_async(s, transport == "shm");
-      family_gather_scatter(s, transport == "shm");
-      family_barrier(s, transport == "shm");
+      const Where w = transport == "shm" ? Where::shm : Where::tcp;
+      family_async(s, w);
+      family_gather_scatter(s, w);
+      family_barrier(s, w);
       s.finish();
     });
   }

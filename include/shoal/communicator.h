@@ -25,6 +25,7 @@ enum class Algo : uint8_t {
   rd,         // allgather: recursive doubling / Bruck; reduce-scatter: recursive halving
   scatter_allgather,  // broadcast: binomial scatter + ring allgather (large messages)
   linear,     // gather, scatter: the root exchanges with every rank directly (large messages)
+  hier,       // groups spanning hosts: inside each host over shared memory, across hosts over TCP
 };
 const char* algo_name(Algo a);
 Algo parse_algo(const std::string& s);  // "auto", "ring", ...; throws InvalidArgument
@@ -60,6 +61,11 @@ class Communicator {
   const Options& options() const;
   // Transport used for `peer` ("self", "shm" or "tcp"), as the handshake decided.
   std::string transport_to(int peer) const;
+  // The algorithm `op` ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
+  // "gather", "scatter", "alltoall", "barrier") runs for a message of `bytes` (as choose_algo counts
+  // them: docs/algorithms.md), given `o` and SHOAL_ALGO: what the automatic choice picks here.
+  // Throws InvalidArgument for an unknown op or an algorithm the op cannot run.
+  Algo algo_for(const std::string& op, size_t bytes, CallOptions o = {}) const;
 
   // Point to point. Messages between a pair of ranks are matched in order; the tag must match too.
   // recv from kAnySource takes the first message that arrives with this tag and dtype from any

@@ -18,10 +18,7 @@ namespace shoal {
 enum class OpKind : uint8_t { allreduce, broadcast, reduce, allgatherv, reduce_scatter, gather, scatter, alltoallv, barrier };
 const char* op_kind_name(OpKind k);
 
-// Where the ranks are: every rank on this host over shared memory (ctx.shm() non-null); every
-// rank on this host but talking TCP (SHOAL_TRANSPORT=tcp), where all bytes cost the same CPUs;
-// or on several hosts.
-enum class Topo : uint8_t { shm, one_host_tcp, hosts };
+// Topo (where the ranks are) is in core/context.h.
 
 // The algorithm that runs `kind` for a message of `bytes` (allgatherv: the total) among `size`
 // ranks. `requested` is the per-call choice (or SHOAL_ALGO, applied by the caller); automatic

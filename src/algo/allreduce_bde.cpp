@@ -28,39 +28,17 @@ void allreduce_bde(Ctx& c, const void* in, void* out, size_t count) {
   const size_t n = count * c.esize;
   const int pp = pow2_floor(p), rem = p - pp;
   uint8_t* o = u8(out);
-  const uint8_t* src = u8(in);  // where this rank's current partial lives
-  int nr;
-  if (r < 2 * rem) {
-    if (r % 2 == 0) {
-      send_chunks(c, r + 1, in, n);
-      recv_chunks(c, r + 1, out, n);
-      return;
-    }
-    send_recv_reduce(c, -1, nullptr, 0, r - 1, in, out, n);
-    src = o;
-    nr = r / 2;
-  } else {
-    nr = r - rem;
+  const int q = fold_in(c, in, out, n);
+  if (q < 0) {  // an even fold rank: the result comes back from its odd partner
+    recv_chunks(c, r + 1, out, n);
+    return;
   }
-  auto real = [&](int q) { return q < rem ? 2 * q + 1 : q + rem; };
-  Blocks b = even_blocks(count, pp, c.esize);
-
-  int lo = 0, hi = pp;
-  for (int mask = pp / 2; mask >= 1; mask /= 2) {
-    const int peer = real(nr ^ mask), mid = lo + mask;
-    const bool upper = (nr & mask) != 0;
-    const int klo = upper ? mid : lo, khi = upper ? hi : mid;
-    const int slo = upper ? lo : mid, shi = upper ? mid : hi;
-    send_recv_reduce(c, peer, src + b.off[slo], b.span(slo, shi), peer, src + b.off[klo], o + b.off[klo],
-                     b.span(klo, khi));
-    src = o;
-    lo = klo;
-    hi = khi;
-  }
+  const Blocks b = even_blocks(count, pp, c.esize);
+  recursive_halving(c, q, rem, r < 2 * rem ? o : u8(in), o, b.off);
 
   for (int mask = 1; mask < pp; mask *= 2) {
-    const int peer = real(nr ^ mask);
-    const int mine = nr & ~(mask - 1), theirs = mine ^ mask;
+    const int peer = fold_rank(q ^ mask, rem);
+    const int mine = q & ~(mask - 1), theirs = mine ^ mask;
     c.sendrecv(peer, o + b.off[mine], b.span(mine, mine + mask), peer, o + b.off[theirs],
                b.span(theirs, theirs + mask));
   }

@@ -97,4 +97,31 @@ void send_recv_reduce(Ctx& c, int to, const void* sbuf, size_t sbytes, int from,
   if (!sends.empty()) c.wait(sends);
 }
 
+int fold_in(Ctx& c, const void* in, void* acc, size_t n) {
+  const int r = c.rank, rem = c.size - pow2_floor(c.size);
+  if (r >= 2 * rem) return r - rem;
+  if (r % 2 == 0) {
+    send_chunks(c, r + 1, in, n);
+    return -1;
+  }
+  send_recv_reduce(c, -1, nullptr, 0, r - 1, in, acc, n);
+  return r / 2;
+}
+
+void recursive_halving(Ctx& c, int q, int rem, const uint8_t* src, uint8_t* acc, const std::vector<size_t>& edge) {
+  const int pp = static_cast<int>(edge.size()) - 1;
+  int lo = 0, hi = pp;
+  for (int mask = pp / 2; mask >= 1; mask /= 2) {
+    const int peer = fold_rank(q ^ mask, rem), mid = lo + mask;
+    const bool upper = (q & mask) != 0;
+    const int klo = upper ? mid : lo, khi = upper ? hi : mid;
+    const int slo = upper ? lo : mid, shi = upper ? mid : hi;
+    send_recv_reduce(c, peer, src + edge[slo], edge[shi] - edge[slo], peer, src + edge[klo], acc + edge[klo],
+                     edge[khi] - edge[klo]);
+    src = acc;
+    lo = klo;
+    hi = khi;
+  }
+}
+
 }  // namespace shoal::algo

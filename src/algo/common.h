@@ -112,6 +112,22 @@ void tree_bcast(Ctx& c, uint8_t* buf, size_t bytes, int parent, const std::vecto
 // (clobbered); leaves never touch it (may be null).
 void binomial_reduce(Ctx& c, const void* in, void* acc, size_t count, int root);
 
+// The fold and the recursive halving shared by BDE allreduce and recursive-halving reduce-scatter
+// (p' = pow2_floor(p) participants, rem = p - p' extra ranks).
+// fold_in: among ranks 0 .. 2·rem-1 each even rank sends its whole input (n bytes) to the next odd
+// rank, which reduces it with its own into acc. Returns this rank's participant number (odd fold
+// ranks r/2, the others r - rem), or -1 for an even fold rank, which sits out and is sent its
+// result at the end.
+int fold_in(Ctx& c, const void* in, void* acc, size_t n);
+// The rank that participant q is.
+inline int fold_rank(int q, int rem) { return q < rem ? 2 * q + 1 : q + rem; }
+// Recursive halving among the participants over p' blocks with byte boundaries edge[0..p']: at
+// distances p'/2, .., 1 each keeps the upper or lower half of its current range of blocks
+// (its bit set: the upper) and receives the partner's partial of that half, reduced into acc as
+// the chunks land (src: this rank's partial before the first step; acc afterwards). Afterwards
+// participant q holds block q of the reduction in acc.
+void recursive_halving(Ctx& c, int q, int rem, const uint8_t* src, uint8_t* acc, const std::vector<size_t>& edge);
+
 // Per-algorithm entry points (one file per family; dispatch.cpp picks). size >= 2 in all of them.
 void allreduce_ring(Ctx& c, const void* in, void* out, size_t count);
 void allreduce_bde(Ctx& c, const void* in, void* out, size_t count);
@@ -133,6 +149,12 @@ void broadcast_linear(Ctx& c, void* buf, size_t count, int root);
 void alltoallv_pairwise(Ctx& c, const void* in, const std::vector<size_t>& send_counts, void* out,
                         const std::vector<size_t>& recv_counts);
 void barrier_dissemination(Ctx& c);
+
+// Hierarchical versions for groups spanning hosts (ctx.hosts() non-null; hierarchical.cpp).
+void allreduce_hier(Ctx& c, const void* in, void* out, size_t count);
+void broadcast_hier(Ctx& c, void* buf, size_t count, int root);
+void reduce_hier(Ctx& c, const void* in, void* out, size_t count, int root);
+void allgatherv_hier(Ctx& c, const void* in, void* out, const std::vector<size_t>& counts);
 
 // Direct shared-memory versions (ctx.shm() non-null; direct_*.cpp).
 void allreduce_direct(Ctx& c, const void* in, void* out, size_t count);

@@ -11,7 +11,7 @@ namespace {
 using namespace algo;
 
 Algo resolve(Ctx& c, OpKind k, Algo a, size_t bytes) {
-  return choose_algo(k, a, bytes, c.size, c.shm() ? Topo::shm : Topo::hosts);
+  return choose_algo(k, a, bytes, c.size, c.topo);
 }
 
 [[noreturn]] void unreachable(OpKind k, Algo a) {
@@ -29,6 +29,7 @@ void allreduce(Ctx& c, Algo a, const void* in, void* out, size_t count) {
     case Algo::bde: allreduce_bde(c, in, out, count); break;
     case Algo::mst: allreduce_mst(c, in, out, count); break;
     case Algo::direct: allreduce_direct(c, in, out, count); break;
+    case Algo::hier: allreduce_hier(c, in, out, count); break;
     default: unreachable(OpKind::allreduce, a);
   }
   c.wait_all();
@@ -43,6 +44,7 @@ void broadcast(Ctx& c, Algo a, void* buf, size_t count, int root) {
     case Algo::scatter_allgather: broadcast_scatter_allgather(c, buf, count, root); break;
     case Algo::linear: broadcast_linear(c, buf, count, root); break;
     case Algo::direct: broadcast_direct(c, buf, count, root); break;
+    case Algo::hier: broadcast_hier(c, buf, count, root); break;
     default: unreachable(OpKind::broadcast, a);
   }
   c.wait_all();
@@ -55,6 +57,7 @@ void reduce(Ctx& c, Algo a, const void* in, void* out, size_t count, int root) {
     case Algo::mst: reduce_binomial(c, in, out, count, root); break;
     case Algo::ring: reduce_ring(c, in, out, count, root); break;
     case Algo::direct: reduce_direct(c, in, out, count, root); break;
+    case Algo::hier: reduce_hier(c, in, out, count, root); break;
     default: unreachable(OpKind::reduce, a);
   }
   c.wait_all();
@@ -72,6 +75,7 @@ void allgatherv(Ctx& c, Algo a, const void* in, void* out, const std::vector<siz
     case Algo::ring: allgatherv_ring(c, in, out, counts); break;
     case Algo::rd: allgatherv_rd(c, in, out, counts); break;
     case Algo::direct: allgatherv_direct(c, in, out, counts); break;
+    case Algo::hier: allgatherv_hier(c, in, out, counts); break;
     default: unreachable(OpKind::allgatherv, a);
   }
   c.wait_all();

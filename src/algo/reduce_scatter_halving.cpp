@@ -22,35 +22,16 @@ void reduce_scatter_halving(Ctx& c, const void* in, void* out, size_t count) {
   const int p = c.size, r = c.rank;
   const size_t bs = count * c.esize, n = bs * p;
   const int pp = pow2_floor(p), rem = p - pp;
-  auto gstart = [&](int g) -> size_t { return static_cast<size_t>(g < rem ? 2 * g : g + rem) * bs; };
-  auto real = [&](int q) { return q < rem ? 2 * q + 1 : q + rem; };
   uint8_t* acc = c.scratch(std::max<size_t>(n, 1), 1);
-  const uint8_t* src = u8(in);
-  int nr;
-  if (r < 2 * rem) {
-    if (r % 2 == 0) {
-      send_chunks(c, r + 1, in, n);
-      recv_chunks(c, r + 1, out, bs);
-      return;
-    }
-    send_recv_reduce(c, -1, nullptr, 0, r - 1, in, acc, n);
-    src = acc;
-    nr = r / 2;
-  } else {
-    nr = r - rem;
+  const int q = fold_in(c, in, acc, n);
+  if (q < 0) {  // an even fold rank: its block comes back from its odd partner
+    recv_chunks(c, r + 1, out, bs);
+    return;
   }
-  int lo = 0, hi = pp;
-  for (int mask = pp / 2; mask >= 1; mask /= 2) {
-    const int peer = real(nr ^ mask), mid = lo + mask;
-    const bool upper = (nr & mask) != 0;
-    const int klo = upper ? mid : lo, khi = upper ? hi : mid;
-    const int slo = upper ? lo : mid, shi = upper ? mid : hi;
-    send_recv_reduce(c, peer, src + gstart(slo), gstart(shi) - gstart(slo), peer, src + gstart(klo),
-                     acc + gstart(klo), gstart(khi) - gstart(klo));
-    src = acc;
-    lo = klo;
-    hi = khi;
-  }
+  // Participant g's group of output blocks starts at rank fold_rank(g) - (g < rem).
+  std::vector<size_t> edge(pp + 1);
+  for (int g = 0; g <= pp; ++g) edge[g] = static_cast<size_t>(g < rem ? 2 * g : g + rem) * bs;
+  recursive_halving(c, q, rem, r < 2 * rem ? acc : u8(in), acc, edge);
   if (r < 2 * rem) send_chunks(c, r - 1, acc + static_cast<size_t>(r - 1) * bs, bs);
   copy_bytes(out, acc + static_cast<size_t>(r) * bs, bs);
 }

@@ -24,15 +24,16 @@ constexpr size_t kAllgatherRdBelow = size_t(8) << 20;           // allgather: rd
 constexpr size_t kReduceScatterHalvingBelow = 0;                // reduce_scatter: ring everywhere (halving never won)
 constexpr size_t kGatherLinearFrom = size_t(64) << 10;          // gather/scatter: mst below, linear above
 
-// The algorithms each op has (direct also needs shm_all).
+// The algorithms each op has (direct also needs Topo::shm, hier ranks on several hosts).
 bool has(OpKind k, Algo a) {
   switch (k) {
-    case OpKind::allreduce: return a == Algo::ring || a == Algo::bde || a == Algo::mst || a == Algo::direct;
+    case OpKind::allreduce:
+      return a == Algo::ring || a == Algo::bde || a == Algo::mst || a == Algo::direct || a == Algo::hier;
     case OpKind::broadcast:
       return a == Algo::mst || a == Algo::ring || a == Algo::scatter_allgather || a == Algo::linear ||
-             a == Algo::direct;
-    case OpKind::reduce: return a == Algo::mst || a == Algo::ring || a == Algo::direct;
-    case OpKind::allgatherv: return a == Algo::ring || a == Algo::rd || a == Algo::direct;
+             a == Algo::direct || a == Algo::hier;
+    case OpKind::reduce: return a == Algo::mst || a == Algo::ring || a == Algo::direct || a == Algo::hier;
+    case OpKind::allgatherv: return a == Algo::ring || a == Algo::rd || a == Algo::direct || a == Algo::hier;
     case OpKind::reduce_scatter: return a == Algo::ring || a == Algo::rd || a == Algo::direct;
     case OpKind::gather:
     case OpKind::scatter: return a == Algo::mst || a == Algo::linear || a == Algo::direct;
@@ -44,7 +45,8 @@ bool has(OpKind k, Algo a) {
 
 std::string list_of(OpKind k) {
   std::string s;
-  for (Algo a : {Algo::ring, Algo::bde, Algo::mst, Algo::direct, Algo::rd, Algo::scatter_allgather, Algo::linear})
+  for (Algo a : {Algo::ring, Algo::bde, Algo::mst, Algo::direct, Algo::rd, Algo::scatter_allgather, Algo::linear,
+                 Algo::hier})
     if (has(k, a)) s += (s.empty() ? "" : ", ") + std::string(algo_name(a));
   return s;
 }
@@ -68,10 +70,14 @@ const char* op_kind_name(OpKind k) {
 
 Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo) {
   const bool shm_all = topo == Topo::shm;
+  const bool several_hosts = topo == Topo::hosts || topo == Topo::hosts_shm;
+  // Hosts with shared memory inside: the hierarchical algorithms (hierarchical.cpp) keep most
+  // bytes inside each host.
+  const bool hier = topo == Topo::hosts_shm;
   if (static_cast<unsigned>(kind) > static_cast<unsigned>(OpKind::barrier))
     throw InvalidArgument("choose_algo: unknown op kind " + std::to_string(static_cast<int>(kind)));
   if (requested != Algo::automatic) {
-    if (static_cast<unsigned>(requested) > static_cast<unsigned>(Algo::linear))
+    if (static_cast<unsigned>(requested) > static_cast<unsigned>(Algo::hier))
       throw InvalidArgument(std::string(op_kind_name(kind)) + ": unknown algorithm " +
                             std::to_string(static_cast<int>(requested)));
     if (!has(kind, requested))
@@ -80,22 +86,28 @@ Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo)
     if (requested == Algo::direct && !shm_all)
       throw InvalidArgument(std::string(op_kind_name(kind)) +
                             ": algorithm 'direct' needs every rank on this host over shared memory");
+    if (requested == Algo::hier && !several_hosts)
+      throw InvalidArgument(std::string(op_kind_name(kind)) + ": algorithm 'hier' needs ranks on several hosts");
     return requested;
   }
   switch (kind) {
     case OpKind::allreduce:
       if (shm_all) return Algo::direct;
+      if (hier) return Algo::hier;
       if (bytes < kAllreduceMstBelow) return Algo::mst;
       return bytes <= ((size & (size - 1)) == 0 ? kAllreduceBdeUpTo : kAllreduceBdeUpToOddP) ? Algo::bde : Algo::ring;
     case OpKind::broadcast:
       if (shm_all) return Algo::direct;
+      if (hier) return Algo::hier;
       if (bytes < kBroadcastBinomialBelow) return Algo::mst;
       return topo == Topo::one_host_tcp ? Algo::linear : Algo::scatter_allgather;
     case OpKind::reduce:
       if (shm_all) return Algo::direct;
+      if (hier) return Algo::hier;
       return bytes < kReduceBinomialBelow ? Algo::mst : Algo::ring;
     case OpKind::allgatherv:
       if (shm_all) return Algo::direct;
+      if (hier) return Algo::hier;
       return bytes < kAllgatherRdBelow ? Algo::rd : Algo::ring;
     case OpKind::reduce_scatter:
       if (shm_all) return Algo::direct;

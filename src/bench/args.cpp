@@ -78,7 +78,7 @@ std::string usage() {
       "  -f, --stepfactor F     multiply the size by F between rows (default 2)\n"
       "  --dtype T              f16 bf16 f32 f64 i8 u8 i32 i64 bool (default f32)\n"
       "  --op R                 sum prod min max avg band bor bxor (default sum)\n"
-      "  --algo A               auto ring bde mst direct rd scatter_allgather (default auto)\n"
+      "  --algo A               auto ring bde mst direct rd scatter_allgather linear hier (default auto)\n"
       "  --transport T          auto shm tcp (sets SHOAL_TRANSPORT for the ranks)\n"
       "  --check                verify every result against a reference computed on each rank\n"
       "  --vs gloo              also run Gloo (TCP transport) and print its time, busbw, ratio\n"

@@ -123,6 +123,7 @@ struct Row {
   Result shoal, gloo;
   bool has_gloo = false;
   std::string skipped;  // why the size was not run at all
+  std::string algo;     // the algorithm shoal ran (its automatic choice or --algo); "" for sendrecv
 };
 
 std::string machine_model() {
@@ -316,6 +317,7 @@ void write_json(const Config& cfg, int p, const std::string& transport_used, con
       f << ", \"" << key << "\": " << (good ? json_num(res.us) : "null");
       return good;
     };
+    if (!r.algo.empty()) f << ", \"shoal_algo\": \"" << r.algo << "\"";
     bool sgood = put_us("shoal_us", r.shoal);
     double sab = sgood ? algbw(r.bytes, r.shoal.us) : NAN;
     f << ", \"shoal_algbw\": " << json_num(sab) << ", \"shoal_busbw\": " << json_num(sab * factor);
@@ -401,6 +403,12 @@ int worker_main(const Config& cfg) {
     row.bytes = spec.bytes;
     row.count = spec.count;
     row.has_gloo = cfg.vs_gloo;
+    if (cfg.op != Op::sendrecv) {
+      try {
+        row.algo = algo_name(comm.algo_for(op_name(cfg.op), spec.bytes, {cfg.algo}));
+      } catch (const InvalidArgument&) {  // --algo the op does not have: the row reports the error
+      }
+    }
     if (spec.count == 0 && cfg.op != Op::barrier) {
       row.skipped = "skipped: smaller than one element per rank";
       if (rank == 0) {

@@ -130,7 +130,7 @@ struct Communicator::Impl {
     const char* what = op_kind_name(kind);
     return submit(what, [this, sig, what, dt, op, body = std::move(body)](const WorkPtr&) {
       ReduceOp kernel_op = op == ReduceOp::avg ? ReduceOp::sum : op;
-      Ctx ctx(*engine, shm.get(), scratch, rank, size, dt, kernel_op, what, sig);
+      Ctx ctx(*engine, shm.get(), scratch, rank, size, dt, kernel_op, what, sig, topo.topo, &topo.hosts);
       body(ctx);
     }, true);
   }
@@ -208,6 +208,12 @@ const Options& Communicator::options() const { return impl_->opts; }
 std::string Communicator::transport_to(int peer) const {
   impl_->check_rank(peer, "transport_to", "peer");
   return impl_->topo.transport[peer];
+}
+
+Algo Communicator::algo_for(const std::string& op, size_t bytes, CallOptions o) const {
+  for (int k = 0; k <= static_cast<int>(OpKind::barrier); ++k)
+    if (op == op_kind_name(static_cast<OpKind>(k))) return impl_->pick(static_cast<OpKind>(k), o.algo, bytes);
+  throw InvalidArgument("algo_for: unknown op '" + op + "'");
 }
 
 WorkPtr Communicator::Impl::submit(std::string name, std::function<void(const WorkPtr&)> run, bool collective) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 #include "reduce/reduce.h"
@@ -18,10 +19,34 @@ class Engine;
 class ShmGroup;
 class Scratch;
 
+// Where the ranks are, for the automatic choice of algorithm: every rank on this host over shared
+// memory (ShmGroup available); every rank on one host over point-to-point links (SHOAL_TRANSPORT=tcp,
+// or a host's part of a larger group), where all bytes cost the same CPUs; several hosts, one rank
+// each or no shared memory between ranks; several hosts with shared memory inside at least one of
+// them (the hierarchical algorithms apply).
+enum class Topo : uint8_t { shm, one_host_tcp, hosts, hosts_shm };
+
+// Which host each rank is on, for the hierarchical algorithms. Hosts are numbered in the order of
+// their lowest rank; the same on every rank.
+struct HostMap {
+  std::vector<int> host_of;             // by rank
+  std::vector<std::vector<int>> ranks;  // by host: its ranks, ascending
+  // From one host identity per rank (ranks with equal strings share a host).
+  static HostMap from_ids(const std::vector<std::string>& ids);
+  // Every host has the same number of ranks.
+  bool uniform() const;
+};
+
 class Ctx {
  public:
+  // `hosts` may be null (the group's layout is unknown: no hierarchical algorithm).
   Ctx(Engine& engine, ShmGroup* shm, Scratch& scratch, int rank, int size, DType dt, ReduceOp op, const char* what,
-      uint64_t sig);
+      uint64_t sig, Topo topo, const HostMap* hosts);
+  // The subgroup `members` of `parent` (ranks of the parent; member i becomes rank i here), which
+  // must include the parent's own rank: same op, engine, scratch buffers and message signature,
+  // its own requests. `topo` is the subgroup's topology. Hierarchical algorithms run the flat
+  // ones on such subgroups (one host's ranks, or one rank per host).
+  Ctx(Ctx& parent, const std::vector<int>& members, Topo topo);
   ~Ctx();
   Ctx(const Ctx&) = delete;
   Ctx& operator=(const Ctx&) = delete;
@@ -32,6 +57,7 @@ class Ctx {
   const ReduceOp op;     // reductions only; avg arrives here as sum (the communicator scales)
   const size_t esize;    // bytes per element
   const char* const what;
+  const Topo topo;
 
   // Post a send or receive of raw bytes. The request completes in the background while the
   // algorithm goes on; wait() for it. Messages to one peer arrive in post order.
@@ -58,6 +84,8 @@ class Ctx {
   // Non-null when every rank of the group is on this host and reachable by shared memory: the
   // direct algorithms use it. Null otherwise.
   ShmGroup* shm() const { return shm_; }
+  // The group's hosts; null in a subgroup.
+  const HostMap* hosts() const { return hosts_; }
   Engine& engine() { return engine_; }
 
  private:
@@ -65,6 +93,9 @@ class Ctx {
   ShmGroup* shm_;
   Scratch& scratch_;
   uint64_t sig_;
+  const HostMap* hosts_;
+  std::vector<int> engine_rank_;  // by rank of this context; empty: the same numbering
+  int engine_rank(int peer) const { return engine_rank_.empty() ? peer : engine_rank_[peer]; }
   std::deque<Request> reqs_;  // stable addresses
 };
 

@@ -191,15 +191,23 @@ void Engine::wait(Request* const* reqs, size_t n) {
       if (!a->reqs[i]->complete) return false;
     return true;
   };
+  // The peers of the requests still incomplete: one that finished its part with this rank and
+  // then left (destroyed its communicator) is no failure of the others.
+  auto pending = [](void* p, std::vector<int>& peers) {
+    auto* a = static_cast<Arg*>(p);
+    peers.clear();
+    for (size_t i = 0; i < a->n; ++i)
+      if (!a->reqs[i]->complete && std::find(peers.begin(), peers.end(), a->reqs[i]->peer) == peers.end())
+        peers.push_back(a->reqs[i]->peer);
+  };
   if (done(&arg)) return;
   std::vector<int> peers;
-  for (size_t i = 0; i < n; ++i)
-    if (!reqs[i]->complete && std::find(peers.begin(), peers.end(), reqs[i]->peer) == peers.end())
-      peers.push_back(reqs[i]->peer);
-  wait_loop(peers, done, &arg);
+  pending(&arg, peers);
+  wait_loop(std::move(peers), done, &arg, pending);
 }
 
-void Engine::wait_loop(const std::vector<int>& waiting_for, bool (*done)(void*), void* arg) {
+void Engine::wait_loop(std::vector<int> waiting_for, bool (*done)(void*), void* arg,
+                       void (*refresh)(void*, std::vector<int>&)) {
   auto spin_start = Clock::now();
   for (;;) {
     if (aborted()) throw_aborted();
@@ -220,6 +228,7 @@ void Engine::wait_loop(const std::vector<int>& waiting_for, bool (*done)(void*),
       sched_yield();
       continue;
     }
+    if (refresh) refresh(arg, waiting_for);
     if (now >= deadline_) fail_timeout(waiting_for);
     if (now - last_check_ >= kPeerCheckEvery) {
       last_check_ = now;

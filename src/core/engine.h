@@ -74,7 +74,11 @@ class Engine {
   std::function<std::string(int)> peer_abort_reason;
 
  private:
-  void wait_loop(const std::vector<int>& waiting_for, bool (*done)(void*), void* arg);
+  // `waiting_for` names the peers whose death or abort fails the wait (and the timeout's
+  // message); `refresh`, if given, recomputes it before each look at the peers, so that a peer
+  // whose requests have all completed may exit without failing the wait.
+  void wait_loop(std::vector<int> waiting_for, bool (*done)(void*), void* arg,
+                 void (*refresh)(void*, std::vector<int>&) = nullptr);
   // Sleeps until news may have arrived, at most `max`: a peer rang the doorbell, a socket became
   // ready, wake() was called, or time passed. Returns at once if done() already holds.
   void sleep(std::chrono::microseconds max, bool (*done)(void*), void* arg);

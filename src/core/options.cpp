@@ -8,7 +8,7 @@
 
 namespace shoal {
 namespace {
-const char* const kAlgoNames[] = {"auto", "ring", "bde", "mst", "direct", "rd", "scatter_allgather", "linear"};
+const char* const kAlgoNames[] = {"auto", "ring", "bde", "mst", "direct", "rd", "scatter_allgather", "linear", "hier"};
 }
 
 const char* algo_name(Algo a) {
@@ -22,7 +22,8 @@ Algo parse_algo(const std::string& s) {
   if (s == "automatic" || s.empty()) return Algo::automatic;
   if (s == "tree" || s == "binomial") return Algo::mst;
   if (s == "bruck" || s == "halving") return Algo::rd;
-  throw InvalidArgument("unknown algorithm '" + s + "' (auto, ring, bde, mst, direct, rd, scatter_allgather, linear)");
+  if (s == "hierarchical") return Algo::hier;
+  throw InvalidArgument("unknown algorithm '" + s + "' (auto, ring, bde, mst, direct, rd, scatter_allgather, linear, hier)");
 }
 
 Options Options::from_env(Options o) {

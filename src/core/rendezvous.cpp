@@ -39,7 +39,11 @@ void random_bytes(uint8_t* p, size_t n) {
 }
 
 // Hostname and boot id: two processes that agree on both may share memory (the probe decides).
+// Hostname and boot id. SHOAL_HOST_ID replaces it: ranks given different ids behave as if on
+// different hosts (no shared memory between them, the hierarchical algorithms apply), so that
+// multi-host layouts can be tested on one machine.
 std::string host_identity() {
+  if (const char* id = std::getenv("SHOAL_HOST_ID"); id && *id) return std::string("id:") + id;
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   std::string boot;
@@ -98,8 +102,10 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   // cost the same CPUs).
   const auto host_ids = all_gather(store, "hostid", rank, size, host_identity(), timeout);
   const bool one_host = std::all_of(host_ids.begin(), host_ids.end(), [&](auto& h) { return h == host_ids[0]; });
+  topo.hosts = HostMap::from_ids(host_ids);
 
   std::vector<bool> shm_pair(size, false);
+  bool any_shm = false;  // some pair of ranks in the group uses shm (the same answer on every rank)
   if (opts.transport != TransportKind::tcp) {
     ShmSegment::remove_stale_segments();
     uint64_t nonce;
@@ -129,6 +135,8 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
       }
     }
     auto reaches = all_gather(store, "reach", rank, size, reach, timeout);
+    for (int a = 0; a < size; ++a)
+      for (int b = a + 1; b < size; ++b) any_shm = any_shm || (reaches[a][b] == '1' && reaches[b][a] == '1');
     for (int r = 0; r < size; ++r) {
       shm_pair[r] = r != rank && reaches[rank][r] == '1' && reaches[r][rank] == '1';
       if (shm_pair[r]) topo.transport[r] = "shm";
@@ -170,7 +178,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   topo.shm_all = opts.transport != TransportKind::tcp;
   for (int r = 0; r < size; ++r)
     if (r != rank && !shm_pair[r]) topo.shm_all = false;
-  topo.topo = topo.shm_all ? Topo::shm : one_host ? Topo::one_host_tcp : Topo::hosts;
+  topo.topo = topo.shm_all ? Topo::shm : one_host ? Topo::one_host_tcp : any_shm ? Topo::hosts_shm : Topo::hosts;
   std::string summary;
   for (int r = 0; r < size; ++r) summary += " " + topo.transport[r];
   SHOAL_LOG(info, "group ready: rank %d of %d, transports:%s", rank, size, summary.c_str());

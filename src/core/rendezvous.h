@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "algo/algorithms.h"
+#include "core/context.h"
 #include "core/engine.h"
 #include "shoal/communicator.h"
 #include "transport/shm_segment.h"
@@ -18,6 +19,7 @@ struct Topology {
   std::vector<std::string> transport;   // by rank: "self", "shm" or "tcp"
   bool shm_all = false;                 // every rank reachable through shared memory
   Topo topo = Topo::hosts;              // for the automatic choice of algorithm
+  HostMap hosts;                        // which host each rank is on
 };
 
 // `store` is already prefixed for this instance of the group; `advertise_host` is the address

@@ -10,6 +10,7 @@ a failure. Run alone: `sudo python3 -m pytest -q tests/python/test_multihost.py`
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -114,6 +115,20 @@ def test_collectives_2x3(hosts, op):
     res = bench(hosts, [0, 0, 0, 1, 1, 1], op, sizes=("6K", "1536K", "16"))
     check_transports(res)
     check_rows(res.outs[0], 3)
+
+
+@pytest.mark.parametrize("op", ["allreduce", "broadcast", "reduce", "allgather"])
+def test_hierarchical_chosen_and_right(hosts, op, tmp_path):
+    """Ranks on two hosts with shared memory inside each: the automatic choice is the hierarchical
+    algorithm at every size (the JSON names what ran), and every result checks, in a layout
+    whose hosts are neither consecutive nor of equal size."""
+    out = tmp_path / f"{op}.json"
+    res = bench(hosts, [0, 1, 0, 1, 0], op, sizes=("5K", "5M", "32"), extra=["--json", str(out)])
+    check_transports(res)
+    check_rows(res.outs[0], 3)
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["shoal_algo"] for r in rows] == ["hier"] * 3, rows
+    assert all(r["check"] == "ok" for r in rows), rows
 
 
 def test_link_down_fails_cleanly(hosts):
