@@ -10,13 +10,14 @@ and shoal vs Gloo collectives, in one run; prints markdown. Needs root (exit 77 
 2. p2p: `shoal-bench sendrecv --vs gloo`, rank 0 on host 0, rank 1 on host 1, 16..256 MiB, with
    shoal's default streams per peer and with SHOAL_TCP_STREAMS=1.
    Steps 1 and 2 are repeated `--rounds` times, interleaved (the machine may be shared: the
-   ratio shoal / iperf3 is taken per round, then the median over rounds).
+   ratio shoal / iperf3 is taken per round, then the median over rounds); so is step 3.
 3. collectives: allreduce, allgather, broadcast, reduce on 2 hosts x 2 ranks (ranks 0,1 on host 0,
    2,3 on host 1) and 2 hosts x 3 ranks, 64 KiB..64 MiB: shoal's automatic choice (the
    hierarchical algorithms here) with `--vs gloo`, and shoal's flat algorithms (`--algo ring`:
    the ring allreduce/allgather and the pipelined chain broadcast; `--algo mst` for reduce, the
-   binomial tree, which has no ring) in the same run. busbw is also given as a share of the link's
-   ceiling (step 1).
+   binomial tree, which has no ring) in the same run, each with `--vs gloo` so that both run under
+   the same conditions (Gloo's column is from the first). busbw is also given as a share of the
+   link's ceiling (step 1).
 
 The fake hosts are removed at the end (also after an error or Ctrl-C).
 """
@@ -75,7 +76,9 @@ def bench(hosts: nh.FakeHosts, layout: list[int], op: str, lo: str, hi: str, f: 
     out = os.path.join(tmp, f"{op}-{len(layout)}-{time.monotonic_ns()}.json")
     env = dict(os.environ, **env_extra)
     argv = [BENCH, op, "-n", str(len(layout)), "-b", lo, "-e", hi, "-f", f, "--json", out]
-    argv += ["--algo", algo] if algo else ["--vs", "gloo"]
+    # Gloo runs beside shoal in every collective run, flat ones too, so that both shoal columns are
+    # taken under the same conditions (Gloo's threads and buffers live in the same processes).
+    argv += ["--vs", "gloo"] + (["--algo", algo] if algo else [])
     res = nh.run_job(hosts, layout, argv, env=env, store_bin=STORE, timeout=600)
     if not res.ok:
         raise RuntimeError(f"{' '.join(argv)} failed\n{res.describe()}")
@@ -119,12 +122,14 @@ def main() -> int:
                 r["sendrecv"][name] = bench(hosts, [0, 1], "sendrecv", "16M", p2p_hi, "2", extra, tmp)
             results["rounds"].append(r)
             print(f"round {rnd + 1}/{rounds} done", file=sys.stderr)
-        for lname, layout in LAYOUTS.items():
-            for op, flat in FLAT.items():
-                results["collectives"][f"{op} {lname}"] = {
-                    "auto": bench(hosts, layout, op, "64K", coll_hi, "4", {}, tmp),
-                    "flat": bench(hosts, layout, op, "64K", coll_hi, "4", {}, tmp, algo=flat),
-                    "flat_algo": flat}
+        for rnd in range(rounds):
+            for lname, layout in LAYOUTS.items():
+                for op, flat in FLAT.items():
+                    results["collectives"].setdefault(f"{op} {lname}", {"flat_algo": flat, "rounds": []})
+                    results["collectives"][f"{op} {lname}"]["rounds"].append({
+                        "auto": bench(hosts, layout, op, "64K", coll_hi, "4", {}, tmp),
+                        "flat": bench(hosts, layout, op, "64K", coll_hi, "4", {}, tmp, algo=flat)})
+            print(f"collectives round {rnd + 1}/{rounds} done", file=sys.stderr)
     if nh.existing_hosts():
         print("multihost_bench: fake hosts left behind!", file=sys.stderr)
         return 1
@@ -165,20 +170,29 @@ def main() -> int:
         print(line)
     print()
     print("## Collectives across 2 hosts: hierarchical (shoal's automatic choice) vs flat vs Gloo\n")
-    print("2x2: ranks 0,1 on host 0 and 2,3 on host 1; 2x3: ranks 0-2 on host 0 and 3-5 on host 1. "
-          "`gloo/hier` and `flat/hier` are time ratios (above 1: the hierarchical algorithm is faster); "
-          "`% ceiling` is hier's busbw over the median iperf3 ceiling.\n")
+    print("2x2: ranks 0,1 on host 0 and 2,3 on host 1; 2x3: ranks 0-2 on host 0 and 3-5 on host 1. Times are "
+          "medians over rounds; `gloo/hier` and `flat/hier` are time ratios taken per round (above 1: the "
+          "hierarchical algorithm is faster), then the median; `% ceiling` is hier's median busbw over the "
+          "median iperf3 ceiling.\n")
     ceiling = statistics.median(ceil)
+    med = statistics.median
     for name, res in results["collectives"].items():
         flat = res["flat_algo"]
+        runs = res["rounds"]
         print(f"### {name}\n")
         print(f"| size | hier (us) | hier busbw (GB/s) | % ceiling | flat {flat} (us) | gloo (us) | gloo/hier | "
               f"flat/hier |")
         print("|---|---|---|---|---|---|---|---|")
-        for row, frow in zip(res["auto"]["rows"], res["flat"]["rows"]):
-            print(f"| {fmt_bytes(row['bytes'])} | {row['shoal_us']:.0f} | {row['shoal_busbw']:.3f} | "
-                  f"{100 * row['shoal_busbw'] / ceiling:.0f}% | {frow['shoal_us']:.0f} | {row['gloo_us']:.0f} | "
-                  f"{row['ratio']:.2f} | {frow['shoal_us'] / row['shoal_us']:.2f} |")
+        for i, row in enumerate(runs[0]["auto"]["rows"]):
+            hs = [x["auto"]["rows"][i] for x in runs]
+            fs = [x["flat"]["rows"][i] for x in runs]
+            algos = {r.get("shoal_algo") for r in hs}
+            assert algos == {"hier"}, f"{name}: the automatic choice was {algos}, not hier"
+            print(f"| {fmt_bytes(row['bytes'])} | {med(r['shoal_us'] for r in hs):.0f} | "
+                  f"{med(r['shoal_busbw'] for r in hs):.3f} | {100 * med(r['shoal_busbw'] for r in hs) / ceiling:.0f}% | "
+                  f"{med(r['shoal_us'] for r in fs):.0f} | {med(r['gloo_us'] for r in hs):.0f} | "
+                  f"{med(r['ratio'] for r in hs):.2f} | "
+                  f"{med(y['shoal_us'] / x['shoal_us'] for x, y in zip(hs, fs)):.2f} |")
         print()
     print("Commands: `iperf3 -s -1 -B 10.77.0.2` on host 1, `iperf3 -c 10.77.0.2 -t T -P 1|N -J` on host 0; "
           "`build/shoal-bench sendrecv -n 2 -b 16M -e 256M -f 2 --vs gloo` (ranks on hosts 0, 1); "

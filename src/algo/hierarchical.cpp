@@ -18,17 +18,25 @@
 // by side, over l network connections per host pair); ring allgather inside each host.
 //   2·(l-1)/l·n·β_s + (l-1)/l·n·γ + C_allreduce(h, n/l)[net] + 2(l-1)·α_s
 // No rank handles more than its 1/l share on the network and no leader is a bottleneck.
-// Broadcast: the root's host is led by the root; leaders broadcast across hosts, then each leader
-// inside its host:  C_bcast(h, n)[net] + C_bcast(l, n)[shm].
+// Broadcast: the root's host is led by the root; one tree, pipelined end to end in kChunkBytes
+// messages: a binomial tree over the leaders, and a binomial tree inside each host below its
+// leader:  (⌈lg h⌉ + ⌈lg l⌉ + n/kChunkBytes - 1)·(α + kChunkBytes·β) at the deepest rank, the
+// root's network link carrying ⌈lg h⌉·n. From kChainFrom bytes a chain through the root's host,
+// then host by host: (p - 2 + n/kChunkBytes)·(α + kChunkBytes·β); every rank sends n once and
+// only h - 1 links cross hosts (bandwidth-optimal; the flat chain crosses hosts at every link of
+// an interleaved layout).
 // Reduce: reduce inside each host to its leader (the root on its host), then across the leaders to
 // the root:  C_reduce(l, n)[shm] + C_reduce(h, n)[net].
-// Allgather(v): each host's blocks are gathered by its leader, the leaders allgather whole hosts'
-// blocks (straight in the output when every host's ranks are consecutive, else packed in scratch
-// by host), and each leader broadcasts the full result inside its host:
-//   (l-1)·α_s + n_host·β_s + C_allgather(h, n)[net] + C_bcast(l, n)[shm].
+// Allgather(v), leader form (below kRingFrom bytes in total): each host's blocks are gathered by its
+// leader, the leaders allgather whole hosts' blocks (straight in the output when every host's ranks
+// are consecutive, else packed in scratch by host), and each leader broadcasts the full result
+// inside its host:  (l-1)·α_s + n_host·β_s + C_allgather(h, n)[net] + C_bcast(l, n)[shm].
+// From kRingFrom: the ring allgather with ring positions host by host, so that only h of its
+// links cross hosts: (p-1)·α + (p-1)/p·n·β, no rank handling more than its share (the leader
+// form's leaders handle all of their host's traffic, a bottleneck for large n).
 //
-// The stages run one after the other (a host's stage starts once the network stage is done); the
-// flat algorithms inside each stage are pipelined as usual.
+// Except for broadcast, the stages run one after the other (a host's stage starts once the network
+// stage is done); the flat algorithms inside each stage are pipelined as usual.
 #include "algo/common.h"
 #include "shoal/error.h"
 
@@ -37,6 +45,10 @@ namespace {
 
 // Allreduce: the split form from this many bytes, when every host has the same number of ranks.
 constexpr size_t kSplitFrom = size_t(256) << 10;
+// Broadcast: the host-ordered chain from this many bytes (the two-level binomial tree below).
+constexpr size_t kChainFrom = size_t(256) << 10;
+// Allgather: the host-ordered ring from this many bytes in total (the leader form below).
+constexpr size_t kRingFrom = size_t(1) << 20;
 
 const HostMap& hosts_of(const Ctx& c) {
   if (!c.hosts()) throw Error(std::string(c.what) + ": internal error: no host layout for a hierarchical algorithm");
@@ -81,6 +93,23 @@ void allreduce_split(Ctx& c, const HostMap& m, const void* in, void* out, size_t
   local.wait_all();
 }
 
+// Every rank, host by host from the host of `first` (that rank first, then the rest of its host in
+// rank order; then the next hosts, each in rank order): a ring or chain in this order crosses
+// between hosts only h times (h - 1 for a chain).
+std::vector<int> host_order(const HostMap& m, int first) {
+  const int hosts = static_cast<int>(m.ranks.size()), h0 = m.host_of[first];
+  std::vector<int> order{first};
+  for (int r : m.ranks[h0])
+    if (r != first) order.push_back(r);
+  for (int k = 1; k < hosts; ++k)
+    for (int r : m.ranks[mod(h0 + k, hosts)]) order.push_back(r);
+  return order;
+}
+
+int position(const std::vector<int>& order, int rank) {
+  return static_cast<int>(std::find(order.begin(), order.end(), rank) - order.begin());
+}
+
 // Whether every host's ranks are consecutive (hosts are numbered by their lowest rank, so then
 // host h's blocks form one range of the output, in host order).
 bool consecutive(const HostMap& m) {
@@ -108,12 +137,38 @@ void allreduce_hier(Ctx& c, const void* in, void* out, size_t count) {
 void broadcast_hier(Ctx& c, void* buf, size_t count, int root) {
   const HostMap& m = hosts_of(c);
   Layout l = layout(c, root);
-  if (l.leader) {
-    Ctx across(c, l.leaders, Topo::hosts);
-    broadcast(across, Algo::automatic, buf, count, m.host_of[root]);
+  const size_t n = count * c.esize;
+  if (n >= kChainFrom) {  // the chain: root, its host, then host by host
+    const std::vector<int> order = host_order(m, root);
+    const int v = position(order, c.rank), p = c.size;
+    std::vector<int> next;
+    if (v + 1 < p) next.push_back(order[v + 1]);
+    return tree_bcast(c, u8(buf), n, v == 0 ? -1 : order[v - 1], next);
   }
-  Ctx local(c, l.local, Topo::one_host_tcp);
-  broadcast(local, Algo::automatic, buf, count, 0);
+  // One tree, pipelined end to end: a binomial tree over the leaders (relative to the root's
+  // host), and below each leader a binomial tree over its host's ranks.
+  const int hosts = static_cast<int>(l.leaders.size()), hr = m.host_of[root], me = m.host_of[c.rank];
+  int parent = -1;
+  std::vector<int> children;  // cross-host children first: they head the larger subtrees
+  auto binomial = [](int v, int p, int& par, std::vector<int>& ch) {  // relative ranks
+    par = v == 0 ? -1 : v - lowbit(v);
+    for (int mask = (v == 0 ? pow2_ceil(p) : lowbit(v)) / 2; mask >= 1; mask /= 2)
+      if (v + mask < p) ch.push_back(v + mask);
+  };
+  if (l.leader) {
+    int par;
+    std::vector<int> ch;
+    binomial(mod(me - hr, hosts), hosts, par, ch);
+    if (par >= 0) parent = l.leaders[mod(par + hr, hosts)];
+    for (int v : ch) children.push_back(l.leaders[mod(v + hr, hosts)]);
+  }
+  const int li = static_cast<int>(std::find(l.local.begin(), l.local.end(), c.rank) - l.local.begin());
+  int par;
+  std::vector<int> ch;
+  binomial(li, static_cast<int>(l.local.size()), par, ch);
+  if (par >= 0) parent = l.local[par];
+  for (int v : ch) children.push_back(l.local[v]);
+  tree_bcast(c, u8(buf), n, parent, children);
 }
 
 void reduce_hier(Ctx& c, const void* in, void* out, size_t count, int root) {
@@ -134,9 +189,24 @@ void reduce_hier(Ctx& c, const void* in, void* out, size_t count, int root) {
 void allgatherv_hier(Ctx& c, const void* in, void* out, const std::vector<size_t>& counts) {
   const HostMap& m = hosts_of(c);
   const Blocks b = counted_blocks(counts, c.esize);
+  uint8_t* o = u8(out);
+  if (b.total() >= kRingFrom) {  // the ring, host by host
+    const std::vector<int> order = host_order(m, 0);
+    const int p = c.size, v = position(order, c.rank);
+    // Ring position k holds rank order[k]'s block, at that rank's place in the output.
+    Blocks byPos;
+    byPos.off.resize(p + 1);
+    byPos.len.resize(p);
+    for (int k = 0; k < p; ++k) {
+      byPos.off[k] = b.off[order[k]];
+      byPos.len[k] = b.len[order[k]];
+    }
+    byPos.off[p] = b.total();
+    copy_bytes(o + b.off[c.rank], in, b.len[c.rank]);
+    return ring_allgather(c, o, byPos, v, order[mod(v - 1, p)], order[mod(v + 1, p)]);
+  }
   Layout l = layout(c, -1);
   Ctx local(c, l.local, Topo::one_host_tcp);
-  uint8_t* o = u8(out);
   // 1. The leader gathers its host's blocks, each at its place in the output.
   if (l.leader) {
     copy_bytes(o + b.off[c.rank], in, b.len[c.rank]);
