@@ -12,7 +12,7 @@ and shoal vs Gloo collectives, in one run; prints markdown. Needs root (exit 77 
    Steps 1 and 2 are repeated `--rounds` times, interleaved (the machine may be shared: the
    ratio shoal / iperf3 is taken per round, then the median over rounds); so is step 3.
 3. collectives: allreduce, allgather, broadcast, reduce on 2 hosts x 2 ranks (ranks 0,1 on host 0,
-   2,3 on host 1) and 2 hosts x 3 ranks, 64 KiB..64 MiB: shoal's automatic choice (the
+   2,3 on host 1), 2 hosts x 3 ranks, and 2 x 2 interleaved (ranks 0,2 on host 0), 64 KiB..64 MiB: shoal's automatic choice (the
    hierarchical algorithms here) with `--vs gloo`, and shoal's flat algorithms (`--algo ring`:
    the ring allreduce/allgather and the pipelined chain broadcast; `--algo mst` for reduce, the
    binomial tree, which has no ring) in the same run, each with `--vs gloo` so that both run under
@@ -68,7 +68,7 @@ def iperf3(hosts: nh.FakeHosts, streams: int, seconds: int) -> float:
 
 # The flat algorithm each collective is compared with (the hierarchical one runs automatically).
 FLAT = {"allreduce": "ring", "allgather": "ring", "broadcast": "ring", "reduce": "mst"}
-LAYOUTS = {"2x2": [0, 0, 1, 1], "2x3": [0, 0, 0, 1, 1, 1]}
+LAYOUTS = {"2x2": [0, 0, 1, 1], "2x3": [0, 0, 0, 1, 1, 1], "2x2 interleaved": [0, 1, 0, 1]}
 
 
 def bench(hosts: nh.FakeHosts, layout: list[int], op: str, lo: str, hi: str, f: str, env_extra: dict,
@@ -170,7 +170,8 @@ def main() -> int:
         print(line)
     print()
     print("## Collectives across 2 hosts: hierarchical (shoal's automatic choice) vs flat vs Gloo\n")
-    print("2x2: ranks 0,1 on host 0 and 2,3 on host 1; 2x3: ranks 0-2 on host 0 and 3-5 on host 1. Times are "
+    print("2x2: ranks 0,1 on host 0 and 2,3 on host 1; 2x3: ranks 0-2 on host 0 and 3-5 on host 1; 2x2 "
+          "interleaved: ranks 0,2 on host 0 and 1,3 on host 1 (a flat ring crosses hosts at every step). Times are "
           "medians over rounds; `gloo/hier` and `flat/hier` are time ratios taken per round (above 1: the "
           "hierarchical algorithm is faster), then the median; `% ceiling` is hier's median busbw over the "
           "median iperf3 ceiling.\n")
@@ -197,7 +198,7 @@ def main() -> int:
     print("Commands: `iperf3 -s -1 -B 10.77.0.2` on host 1, `iperf3 -c 10.77.0.2 -t T -P 1|N -J` on host 0; "
           "`build/shoal-bench sendrecv -n 2 -b 16M -e 256M -f 2 --vs gloo` (ranks on hosts 0, 1); "
           "`build/shoal-bench OP -n N -b 64K -e 64M -f 4 --vs gloo` and the same with `--algo ring|mst` "
-          "(ranks on hosts 0, 0, 1, 1 or 0, 0, 0, 1, 1, 1); "
+          "(ranks on hosts 0, 0, 1, 1 or 0, 0, 0, 1, 1, 1 or 0, 1, 0, 1); "
           "store: `build/shoal-store --port 0 --host 10.77.0.1` on host 0.")
     if a.json:
         with open(a.json, "w") as fh:
