@@ -2,7 +2,7 @@
 #
 #   make soak   build shoal-soak and run it: SOAK_RANKS ranks x SOAK_OPS random ops (every
 #               collective and send/recv, every dtype and reduce op, sizes up to SOAK_MAX_BYTES,
-#               every algorithm, shm and tcp), each result checked; fails on a wrong result, RSS
+#               every algorithm, shm, tcp and two simulated hosts), each result checked; fails on a wrong result, RSS
 #               growth, an fd or a /dev/shm segment leaked. Takes minutes.
 #               ctest runs a short version (soak.short: 4 ranks x 1000 ops up to 1 MiB).
 

@@ -10,7 +10,8 @@
 // collective, send/recv pairs, barrier), the dtype, the reduce op (every one the dtype supports),
 // the size (0 .. --max-bytes, log-uniform, odd counts included, mostly small), the algorithm
 // (automatic or any the op has, through CallOptions) and the communicator: one over shared
-// memory and one over TCP, both alive for the whole run. Each rank's inputs are a function of
+// memory, one over TCP, and one over two simulated hosts (SHOAL_HOST_ID: even ranks on one, odd on
+// the other; shm inside, TCP across, the hierarchical algorithms), all alive for the whole run. Each rank's inputs are a function of
 // (seed, op index, rank), so every rank computes the exact expected output locally: copies are
 // compared byte for byte, integer reductions exactly (two's complement wrap, avg truncating),
 // float min/max exactly, float sum/avg/prod within bounds of the rounding error of p-1 partial
@@ -22,7 +23,7 @@
 // each rank records its RSS (/proc/self/statm), its open fds (/proc/self/fd) and the /dev/shm
 // entries named after the group's pids. At the end: RSS may have grown by less than
 // --rss-limit-mib since the first checkpoint, the fd count must equal the first checkpoint's, and
-// after both communicators are destroyed no /dev/shm/shoal-<pid of this group>-* may remain.
+// after the communicators are destroyed no /dev/shm/shoal-<pid of this group>-* may remain.
 //
 // Exit status: 0 on success; 1 on a wrong result or a failed check (the op index, op, dtype, size,
 // algorithm, transport and first bad element are printed); 2 when an op throws; 3 on bad usage.
@@ -103,15 +104,22 @@ const char* kind_name(Kind k) {
   return "?";
 }
 
-// The algorithms each op accepts through CallOptions (src/algo/select.cpp); direct needs shm.
-std::vector<Algo> algos_of(Kind k, bool shm) {
+// The communicators: every rank on one host over shm, over TCP, or on two simulated hosts.
+enum class Where { shm, tcp, hosts };
+const char* where_name(Where w) { return w == Where::shm ? "shm" : w == Where::tcp ? "tcp" : "hosts"; }
+
+// The algorithms each op accepts through CallOptions (src/algo/select.cpp); direct needs shm,
+// hier several hosts.
+std::vector<Algo> algos_of(Kind k, Where w) {
   std::vector<Algo> v;
   switch (k) {
-    case Kind::allreduce: v = {Algo::ring, Algo::bde, Algo::mst, Algo::direct}; break;
-    case Kind::broadcast: v = {Algo::mst, Algo::ring, Algo::scatter_allgather, Algo::linear, Algo::direct}; break;
-    case Kind::reduce: v = {Algo::mst, Algo::ring, Algo::direct}; break;
+    case Kind::allreduce: v = {Algo::ring, Algo::bde, Algo::mst, Algo::direct, Algo::hier}; break;
+    case Kind::broadcast:
+      v = {Algo::mst, Algo::ring, Algo::scatter_allgather, Algo::linear, Algo::direct, Algo::hier};
+      break;
+    case Kind::reduce: v = {Algo::mst, Algo::ring, Algo::direct, Algo::hier}; break;
     case Kind::allgather:
-    case Kind::allgatherv:
+    case Kind::allgatherv: v = {Algo::ring, Algo::rd, Algo::direct, Algo::hier}; break;
     case Kind::reduce_scatter: v = {Algo::ring, Algo::rd, Algo::direct}; break;
     case Kind::gather:
     case Kind::scatter: v = {Algo::mst, Algo::linear, Algo::direct}; break;
@@ -119,7 +127,8 @@ std::vector<Algo> algos_of(Kind k, bool shm) {
     case Kind::alltoallv: v = {Algo::ring}; break;
     default: break;  // sendrecv, barrier: no algorithm option
   }
-  if (!shm) v.erase(std::remove(v.begin(), v.end(), Algo::direct), v.end());
+  if (w != Where::shm) v.erase(std::remove(v.begin(), v.end(), Algo::direct), v.end());
+  if (w != Where::hosts) v.erase(std::remove(v.begin(), v.end(), Algo::hier), v.end());
   return v;
 }
 
@@ -134,7 +143,7 @@ struct Plan {
   uint64_t index = 0;
   bool warmup = false;
   Kind kind = Kind::barrier;
-  bool tcp = false;
+  Where where = Where::shm;
   Algo algo = Algo::automatic;
   DType dt = DType::u8;
   ReduceOp op = ReduceOp::sum;
@@ -155,7 +164,7 @@ struct Plan {
     std::snprintf(b, sizeof b, "%s #%" PRIu64 " %s dtype=%s%s%s bytes=%zu count=%zu algo=%s transport=%s root=%d%s%s",
                   warmup ? "warm-up op" : "op", index, kind_name(kind), dtype_name(dt),
                   reducing(kind) ? " op=" : "", reducing(kind) ? reduce_op_name(op) : "", bytes, count,
-                  algo_name(algo), tcp ? "tcp" : "shm", root, in_place ? " in-place" : "",
+                  algo_name(algo), where_name(where), root, in_place ? " in-place" : "",
                   null_nonroot ? " null-at-non-roots" : "");
     std::string s = b;
     if (kind == Kind::sendrecv)
@@ -184,8 +193,8 @@ Plan make_plan(uint64_t seed, uint64_t index, int p, size_t max_bytes) {
   int x = int(r.below(uint64_t(total))), k = 0;
   while (x >= kWeights[k]) x -= kWeights[k++];
   pl.kind = Kind(k);
-  pl.tcp = r.chance(0.5);
-  auto algos = algos_of(pl.kind, !pl.tcp);
+  pl.where = Where(r.below(3));
+  auto algos = algos_of(pl.kind, pl.where);
   const size_t a = r.below(algos.size() + 1);
   pl.algo = a == 0 ? Algo::automatic : algos[a - 1];
   pl.dt = kAllDTypes[r.below(std::size(kAllDTypes))];
@@ -819,7 +828,7 @@ int main(int argc, char** argv) {
 
   std::vector<int> pids;
   std::vector<Checkpoint> cps;
-  uint64_t n_kind[kKinds] = {}, bytes_kind[kKinds] = {}, n_tcp = 0, n_shm = 0, n_warm = 0;
+  uint64_t n_kind[kKinds] = {}, bytes_kind[kKinds] = {}, n_where[3] = {}, n_warm = 0;
   double sec_kind[kKinds] = {};
   double slowest = 0;
   std::string slowest_op;
@@ -834,13 +843,20 @@ int main(int argc, char** argv) {
     so.transport = TransportKind::shm;
     to.group_name = "soak-tcp";
     to.transport = TransportKind::tcp;
+    Options ho = base;
+    ho.group_name = "soak-hosts";
     auto shm = std::make_unique<Communicator>(store, rank, size, so);
     auto tcp = std::make_unique<Communicator>(store, rank, size, to);
+    setenv("SHOAL_HOST_ID", rank % 2 ? "soak-odd" : "soak-even", 1);
+    auto hosts = std::make_unique<Communicator>(store, rank, size, ho);
+    unsetenv("SHOAL_HOST_ID");
     for (int r = 0; r < size; ++r) {
       if (r == rank) continue;
-      if (shm->transport_to(r) != "shm" || tcp->transport_to(r) != "tcp") {
-        std::fprintf(stderr, "shoal-soak: rank %d: transports to rank %d are %s / %s, expected shm / tcp\n", rank, r,
-                     shm->transport_to(r).c_str(), tcp->transport_to(r).c_str());
+      const std::string across = r % 2 == rank % 2 ? "shm" : "tcp";
+      if (shm->transport_to(r) != "shm" || tcp->transport_to(r) != "tcp" || hosts->transport_to(r) != across) {
+        std::fprintf(stderr, "shoal-soak: rank %d: transports to rank %d are %s / %s / %s, expected shm / tcp / %s\n",
+                     rank, r, shm->transport_to(r).c_str(), tcp->transport_to(r).c_str(),
+                     hosts->transport_to(r).c_str(), across.c_str());
         return 1;
       }
     }
@@ -857,7 +873,7 @@ int main(int argc, char** argv) {
 
     auto run_checked = [&](const Plan& pl) {
       current = &pl;
-      Communicator& c = pl.tcp ? *tcp : *shm;
+      Communicator& c = pl.where == Where::tcp ? *tcp : pl.where == Where::hosts ? *hosts : *shm;
       const auto s = Clock::now();
       g_corrupt_now = !pl.warmup && rank == 0 && int64_t(pl.index) == g_corrupt_op;
       std::string err = run_op(c, pl);
@@ -887,10 +903,10 @@ int main(int argc, char** argv) {
       // growth past the first checkpoint means a leak. (With one root only, ranks grew by up to
       // 24 MiB later in the run, in steps, as other roots came up.)
       uint64_t w = 0;
-      for (int t = 0; t < 2; ++t)
+      for (Where where : {Where::shm, Where::tcp, Where::hosts})
         for (int k = 0; k < kKinds; ++k) {
           const Kind kind = Kind(k);
-          auto algos = algos_of(kind, t == 0);
+          auto algos = algos_of(kind, where);
           algos.insert(algos.begin(), Algo::automatic);
           if (kind == Kind::sendrecv || kind == Kind::barrier) algos = {Algo::automatic};
           const bool rooted = kind == Kind::broadcast || kind == Kind::reduce || kind == Kind::gather || kind == Kind::scatter;
@@ -901,7 +917,7 @@ int main(int argc, char** argv) {
                 pl.index = w++;
                 pl.warmup = true;
                 pl.kind = kind;
-                pl.tcp = t == 1;
+                pl.where = where;
                 pl.algo = a;
                 pl.dt = dt;
                 pl.op = ReduceOp::sum;
@@ -941,7 +957,7 @@ int main(int argc, char** argv) {
       ++n_kind[k];
       bytes_kind[k] += pl.bytes;
       sec_kind[k] += dt;
-      (pl.tcp ? n_tcp : n_shm)++;
+      n_where[int(pl.where)]++;
       if (dt > slowest) slowest = dt, slowest_op = pl.describe();
       if ((i + 1) % args.check_every == 0 || i + 1 == args.ops) checkpoint(i + 1);
     }
@@ -972,6 +988,7 @@ int main(int argc, char** argv) {
 
     shm.reset();
     tcp.reset();
+    hosts.reset();
     const int segs_after = count_segments(pids);
     if (segs_after != 0) problems += std::to_string(segs_after) + " /dev/shm/shoal-<pid>-* segments left; ";
 
@@ -997,10 +1014,10 @@ int main(int argc, char** argv) {
               std::printf(" %.1f", double(all_series[size_t(r) * 3 * nc + size_t(w) * nc + k]) / (1 << 20));
             std::printf("\n");
           }
-      std::printf("SOAK %s: %d ranks, %" PRIu64 " ops (%" PRIu64 " shm, %" PRIu64 " tcp; + %" PRIu64
+      std::printf("SOAK %s: %d ranks, %" PRIu64 " ops (%" PRIu64 " shm, %" PRIu64 " tcp, %" PRIu64 " hosts; + %" PRIu64
                   " warm-up), %s payload in %.1f s (%.0f ops/s), seed %" PRIu64 ", max %zu bytes; rss rank 0 first %s last %s; "
                   "fds first %d last %d; segments left %d\n",
-                  problems.empty() ? "OK" : "FAILED", size, total_ops, n_shm, n_tcp, n_warm, mib(total_bytes).c_str(),
+                  problems.empty() ? "OK" : "FAILED", size, total_ops, n_where[0], n_where[1], n_where[2], n_warm, mib(total_bytes).c_str(),
                   run_seconds, double(total_ops) / std::max(run_seconds, 1e-9), args.seed, args.max_bytes,
                   mib(f.rss).c_str(), mib(l.rss).c_str(), f.fds, l.fds, segs_after);
       std::fflush(stdout);
