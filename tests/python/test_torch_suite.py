@@ -11,7 +11,8 @@ This file has two roles:
 
 * collected by pytest normally, it defines ``test_torch_suite[n2]`` and ``[n3]``: each runs this
   file again in a child pytest with ``BACKEND=shoal WORLD_SIZE=n TEMP_DIR=...`` and
-  ``SHOAL_TORCH_SUITE_CHILD=1``, and fails if any of torch's tests fails. By default the child
+  ``SHOAL_TORCH_SUITE_CHILD=1`` (the two children run at the same time), and fails if any of
+  torch's tests fails. By default the child
   runs the subset ``QUICK`` (the collectives, subgroups, DDP basics: a few minutes on 2 cores);
   ``SHOAL_TORCH_SUITE=full`` (``make test-torch-suite``) runs every test.
 * in the child, it defines ``TestDistBackendWithShoal``: torch's tests, minus ``SKIPS`` below.
@@ -225,31 +226,54 @@ if CHILD:
 
 else:
 
-    @pytest.mark.parametrize("world_size", [2, 3], ids=lambda n: f"n{n}")
-    def test_torch_suite(world_size, tmp_path):
-        env = dict(os.environ)
-        env.update(
-            SHOAL_TORCH_SUITE_CHILD="1",
-            BACKEND="shoal",
-            WORLD_SIZE=str(world_size),
-            TEMP_DIR=str(tmp_path),
-            # As torch's run_test.py does in one of its two passes; the tests that re-initialise
-            # the default group need it (tcp:// and env:// re-initialisation is racy, says torch).
-            INIT_METHOD=f"file://{tmp_path}/init_method_file",
-        )
-        junit = tmp_path / "report.xml"
-        cmd = [
-            sys.executable,
-            "-m",
-            "pytest",
-            os.path.join(HERE, "test_torch_suite.py"),
-            "-q",
-            "-rfEs",
-            "-p",
-            "no:cacheprovider",
-            f"--junitxml={junit}",
-        ]
-        p = subprocess.run(cmd, env=env, cwd=HERE, capture_output=True, text=True)
+    WORLD_SIZES = (2, 3)
+
+    @pytest.fixture(scope="module")
+    def suite_runs(tmp_path_factory):
+        """The children of both world sizes, started together: each spends most of its time
+        starting processes and waiting on them, so the two overlap (on 2 cores about 95 s for
+        both instead of 160 s one after the other)."""
+        runs = {}
+        for world_size in WORLD_SIZES:
+            tmp_path = tmp_path_factory.mktemp(f"torch-suite-n{world_size}")
+            env = dict(os.environ)
+            env.update(
+                SHOAL_TORCH_SUITE_CHILD="1",
+                BACKEND="shoal",
+                WORLD_SIZE=str(world_size),
+                TEMP_DIR=str(tmp_path),
+                # As torch's run_test.py does in one of its two passes; the tests that re-initialise
+                # the default group need it (tcp:// and env:// re-initialisation is racy, says torch).
+                INIT_METHOD=f"file://{tmp_path}/init_method_file",
+            )
+            junit = tmp_path / "report.xml"
+            cmd = [
+                sys.executable,
+                "-m",
+                "pytest",
+                os.path.join(HERE, "test_torch_suite.py"),
+                "-q",
+                "-rfEs",
+                "-p",
+                "no:cacheprovider",
+                f"--junitxml={junit}",
+            ]
+            out = open(tmp_path / "output.txt", "w+")
+            p = subprocess.Popen(cmd, env=env, cwd=HERE, stdout=out, stderr=subprocess.STDOUT, text=True)
+            runs[world_size] = (p, junit, out)
+        yield runs
+        for p, _, out in runs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            out.close()
+
+    @pytest.mark.parametrize("world_size", WORLD_SIZES, ids=lambda n: f"n{n}")
+    def test_torch_suite(world_size, suite_runs):
+        p, junit, out = suite_runs[world_size]
+        p.wait()
+        out.seek(0)
+        output = out.read()
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         if junit.exists():
             suite = ET.parse(junit).getroot()
@@ -261,4 +285,4 @@ else:
             f"{counts['skipped']} skipped, {counts['failures'] + counts['errors']} failed"
         )
         print(summary)
-        assert p.returncode == 0, summary + "\n" + p.stdout[-20000:] + p.stderr[-5000:]
+        assert p.returncode == 0, summary + "\n" + output[-25000:]
