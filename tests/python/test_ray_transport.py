@@ -282,23 +282,33 @@ def test_transfers_in_flight_concurrently(peers):
 
 def test_thousand_transfers_do_not_grow(peers):
     a, b = peers
-    spec = ((1 << 16,), "float32", 1)  # 256 KiB: a leak would show as 256 MB
+    spec = ((1 << 16,), "float32", 1)  # 256 KiB: a leak would show as 125 MiB per 500 transfers
     for _ in range(20):  # warm up the allocators
         ray.get(b.sum_numel.remote(a.give.remote(spec)))
     gc.collect()
-    (n0, rss0), (m0, _) = ray.get([a.stats.remote(), b.stats.remote()])
-    for _ in range(20):
-        ray.get([b.sum_numel.remote(a.give.remote(spec)) for _ in range(50)], timeout=120)
-    gc.collect()
-    deadline = time.monotonic() + 30  # frees reach the producer asynchronously
-    while True:
-        (n1, rss1), (m1, _) = ray.get([a.stats.remote(), b.stats.remote()])
-        if (n1 <= n0 and m1 <= m0) or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert n1 <= n0, f"producer's RDT store holds {n1} objects after 1000 transfers (was {n0})"
-    assert m1 <= m0, f"consumer's RDT store holds {m1} objects after 1000 transfers (was {m0})"
-    assert rss1 - rss0 < 64 << 20, f"producer grew by {(rss1 - rss0) >> 20} MiB over 1000 transfers"
+    (n0, _), (m0, _) = ray.get([a.stats.remote(), b.stats.remote()])
+
+    def run_500():
+        """500 transfers, 50 in flight at a time; then the producer's RSS once every object is
+        freed on both sides (frees reach the producer asynchronously)."""
+        for _ in range(10):
+            ray.get([b.sum_numel.remote(a.give.remote(spec)) for _ in range(50)], timeout=120)
+        gc.collect()
+        deadline = time.monotonic() + 30
+        while True:
+            (n, rss), (m, _) = ray.get([a.stats.remote(), b.stats.remote()])
+            if (n <= n0 and m <= m0) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert n <= n0, f"producer's RDT store holds {n} objects after the transfers (was {n0})"
+        assert m <= m0, f"consumer's RDT store holds {m} objects after the transfers (was {m0})"
+        return rss
+
+    # The first 500 let the allocators and Ray's own buffers reach their working size (seen:
+    # up to ~70 MiB, not given back); a leak keeps growing through the second 500.
+    rss_mid = run_500()
+    rss_end = run_500()
+    assert rss_end - rss_mid < 48 << 20, f"producer grew by {(rss_end - rss_mid) >> 20} MiB over the second 500 transfers"
 
 
 def test_large_receive_buffers_are_reused_only_once_freed(peers):
