@@ -64,6 +64,26 @@ void exchange(int fd, const uint8_t* p, size_t n) {
   }
 }
 
+// A blocking connect that survives libFuzzer's SIGALRM (its -timeout watchdog): an interrupted
+// connect goes on in the background, so wait for it to finish instead of failing the input.
+bool connect_to(int fd, const sockaddr_in& a) {
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) return true;
+  if (errno != EINTR) return false;
+  pollfd p{fd, POLLOUT, 0};
+  int n;
+  while ((n = ::poll(&p, 1, 10000)) < 0 && errno == EINTR) {
+  }
+  if (n <= 0) {
+    errno = n == 0 ? ETIMEDOUT : errno;
+    return false;
+  }
+  int err = 0;
+  socklen_t len = sizeof err;
+  ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  errno = err;
+  return err == 0;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -82,14 +102,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (size > 0) stream.insert(stream.end(), data + 1, data + size);
 
+  // Every input's server listens on the port of the first one (SO_REUSEADDR lets it bind there
+  // while connections the previous server dropped sit in TIME_WAIT). A fresh port per input left
+  // one TIME_WAIT bind bucket per input on a distinct port, which used up the ephemeral ports
+  // after some 15,000 inputs: connect() then failed (EADDRNOTAVAIL).
+  static uint16_t listen_port = 0;
   uint16_t port = 0;
-  auto server = shoal::detail::start_store_server("127.0.0.1", 0, &port);
+  auto server = shoal::detail::start_store_server("127.0.0.1", listen_port, &port);
+  listen_port = port;
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) std::abort();
+  if (fd < 0 || !connect_to(fd, a)) {
+    std::fprintf(stderr, "fuzz_store_server: cannot connect to the store server on port %u: %s\n", port,
+                 std::strerror(errno));
+    std::abort();
+  }
   exchange(fd, stream.data(), stream.size());
   linger lg{1, 0};  // close with a reset: no TIME_WAIT left behind by hundreds of connections a second
   ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
