@@ -27,12 +27,19 @@ void tree_bcast(Ctx& c, uint8_t* buf, size_t bytes, int parent, const std::vecto
   if (!sends.empty()) c.wait(sends);
 }
 
+void binomial_tree(int v, int p, int& parent, std::vector<int>& children) {
+  parent = v == 0 ? -1 : v - lowbit(v);
+  for (int mask = (v == 0 ? pow2_ceil(p) : lowbit(v)) / 2; mask >= 1; mask /= 2)
+    if (v + mask < p) children.push_back(v + mask);
+}
+
 void broadcast_binomial(Ctx& c, void* buf, size_t count, int root) {
-  const int p = c.size, vr = mod(c.rank - root, p);
-  const int parent = vr == 0 ? -1 : mod(vr - lowbit(vr) + root, p);
-  std::vector<int> children;  // largest subtree first
-  for (int mask = (vr == 0 ? pow2_ceil(p) : lowbit(vr)) / 2; mask >= 1; mask /= 2)
-    if (vr + mask < p) children.push_back(mod(vr + mask + root, p));
+  const int p = c.size;
+  int parent;
+  std::vector<int> children;
+  binomial_tree(mod(c.rank - root, p), p, parent, children);
+  if (parent >= 0) parent = mod(parent + root, p);
+  for (int& ch : children) ch = mod(ch + root, p);
   tree_bcast(c, u8(buf), count * c.esize, parent, children);
 }
 

@@ -103,6 +103,10 @@ void ring_allgather(Ctx& c, uint8_t* buf, const Blocks& b, int v, int left, int 
 //   written to dst (b.len[rank] bytes; dst == in + b.off[rank] allowed: in place).
 void ring_reduce_scatter(Ctx& c, const uint8_t* in, uint8_t* acc, uint8_t* dst, const Blocks& b);
 
+// The binomial tree over p relative ranks (relative rank 0 is the root): v's parent (-1 at the
+// root) and its children, largest subtree first.
+void binomial_tree(int v, int p, int& parent, std::vector<int>& children);
+
 // Broadcast down a tree, pipelined: receives buf (bytes) from parent (-1 at the root) chunk by
 // chunk and forwards each chunk to every child as soon as it arrives.
 void tree_bcast(Ctx& c, uint8_t* buf, size_t bytes, int parent, const std::vector<int>& children);

@@ -136,7 +136,6 @@ void allreduce_hier(Ctx& c, const void* in, void* out, size_t count) {
 
 void broadcast_hier(Ctx& c, void* buf, size_t count, int root) {
   const HostMap& m = hosts_of(c);
-  Layout l = layout(c, root);
   const size_t n = count * c.esize;
   if (n >= kChainFrom) {  // the chain: root, its host, then host by host
     const std::vector<int> order = host_order(m, root);
@@ -147,25 +146,17 @@ void broadcast_hier(Ctx& c, void* buf, size_t count, int root) {
   }
   // One tree, pipelined end to end: a binomial tree over the leaders (relative to the root's
   // host), and below each leader a binomial tree over its host's ranks.
+  Layout l = layout(c, root);
   const int hosts = static_cast<int>(l.leaders.size()), hr = m.host_of[root], me = m.host_of[c.rank];
-  int parent = -1;
-  std::vector<int> children;  // cross-host children first: they head the larger subtrees
-  auto binomial = [](int v, int p, int& par, std::vector<int>& ch) {  // relative ranks
-    par = v == 0 ? -1 : v - lowbit(v);
-    for (int mask = (v == 0 ? pow2_ceil(p) : lowbit(v)) / 2; mask >= 1; mask /= 2)
-      if (v + mask < p) ch.push_back(v + mask);
-  };
+  int parent = -1, par;
+  std::vector<int> children, ch;  // cross-host children first: they head the larger subtrees
   if (l.leader) {
-    int par;
-    std::vector<int> ch;
-    binomial(mod(me - hr, hosts), hosts, par, ch);
+    binomial_tree(mod(me - hr, hosts), hosts, par, ch);
     if (par >= 0) parent = l.leaders[mod(par + hr, hosts)];
     for (int v : ch) children.push_back(l.leaders[mod(v + hr, hosts)]);
+    ch.clear();
   }
-  const int li = static_cast<int>(std::find(l.local.begin(), l.local.end(), c.rank) - l.local.begin());
-  int par;
-  std::vector<int> ch;
-  binomial(li, static_cast<int>(l.local.size()), par, ch);
+  binomial_tree(position(l.local, c.rank), static_cast<int>(l.local.size()), par, ch);
   if (par >= 0) parent = l.local[par];
   for (int v : ch) children.push_back(l.local[v]);
   tree_bcast(c, u8(buf), n, parent, children);
