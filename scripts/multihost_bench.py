@@ -8,7 +8,7 @@ and shoal vs Gloo collectives, in one run; prints markdown. Needs root (exit 77 
    stream (-P 1) and as many as shoal uses per peer (-P SHOAL_TCP_STREAMS, default 4); the
    ceiling is the better of the two.
 2. p2p: `shoal-bench sendrecv --vs gloo`, rank 0 on host 0, rank 1 on host 1, 16..256 MiB, with
-   shoal's default streams per peer and with SHOAL_TCP_STREAMS=1.
+   shoal's default streams per peer, with SHOAL_TCP_STREAMS=1, and with SHOAL_TCP_NOTSENT_LOWAT=0.
    Steps 1 and 2 are repeated `--rounds` times, interleaved (the machine may be shared: the
    ratio shoal / iperf3 is taken per round, then the median over rounds); so is step 3.
 3. collectives: allreduce, allgather, broadcast, reduce on 2 hosts x 2 ranks (ranks 0,1 on host 0,
@@ -109,7 +109,13 @@ def main() -> int:
     streams = int(os.environ.get("SHOAL_TCP_STREAMS", "4") or 4)
     p2p_hi = "64M" if a.quick else "256M"
     coll_hi = "4M" if a.quick else "64M"
-    stream_cfgs = [("default", {}), ("1", {"SHOAL_TCP_STREAMS": "1"})] if streams != 1 else [("default", {})]
+    # name -> (column label, environment): the default, one stream, and no TCP_NOTSENT_LOWAT (the
+    # kernel's default, to show what that setting does; src/transport/tcp_link.h)
+    stream_cfgs = [("default", (f"shoal ({streams} streams)", {}))]
+    if streams != 1:
+        stream_cfgs.append(("1", ("shoal (1 stream)", {"SHOAL_TCP_STREAMS": "1"})))
+    stream_cfgs.append(("nolowat", (f"shoal ({streams} streams, SHOAL_TCP_NOTSENT_LOWAT=0)",
+                                    {"SHOAL_TCP_NOTSENT_LOWAT": "0"})))
     results: dict = {"rounds": [], "collectives": {}}
 
     with nh.FakeHosts(2) as hosts, tempfile.TemporaryDirectory(prefix="shoal-mh-") as tmp:
@@ -118,7 +124,7 @@ def main() -> int:
             r["iperf3"]["P1"] = iperf3(hosts, 1, a.iperf_time)
             if streams != 1:
                 r["iperf3"][f"P{streams}"] = iperf3(hosts, streams, a.iperf_time)
-            for name, extra in stream_cfgs:
+            for name, (_, extra) in stream_cfgs:
                 r["sendrecv"][name] = bench(hosts, [0, 1], "sendrecv", "16M", p2p_hi, "2", extra, tmp)
             results["rounds"].append(r)
             print(f"round {rnd + 1}/{rounds} done", file=sys.stderr)
@@ -151,8 +157,7 @@ def main() -> int:
     print("## TCP point-to-point: shoal-bench sendrecv, rank 0 (host 0) -> rank 1 (host 1)\n")
     print("Median over rounds; `% ceiling` is the median of the per-round ratio to that round's ceiling.\n")
     hdr = "| size |"
-    for name, _ in stream_cfgs:
-        lab = f"shoal ({streams} streams)" if name == "default" else f"shoal ({name} stream)"
+    for _, (lab, _) in stream_cfgs:
         hdr += f" {lab} GB/s | % ceiling |"
     hdr += " gloo GB/s | % ceiling |"
     print(hdr)

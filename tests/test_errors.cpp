@@ -71,6 +71,16 @@ TEST(ErrorsApi, OptionsFromEnv) {
   Options base;
   base.timeout = std::chrono::milliseconds(1234);
   EXPECT_EQ(Options::from_env(base).timeout, std::chrono::milliseconds(1234));
+  EXPECT_EQ(Options::from_env({}).tcp_notsent_lowat, -1);  // unset: the default
+  ::setenv("SHOAL_TCP_NOTSENT_LOWAT", "0", 1);
+  EXPECT_EQ(Options::from_env({}).tcp_notsent_lowat, 0);
+  ::setenv("SHOAL_TCP_NOTSENT_LOWAT", "131072", 1);
+  EXPECT_EQ(Options::from_env({}).tcp_notsent_lowat, 131072);
+  for (const char* bad : {"-1", "16k", "x", "2147483648"}) {
+    ::setenv("SHOAL_TCP_NOTSENT_LOWAT", bad, 1);
+    EXPECT_THROW(Options::from_env({}), InvalidArgument) << bad;
+  }
+  ::unsetenv("SHOAL_TCP_NOTSENT_LOWAT");
 }
 
 // Constructor arguments: checked before any rendezvous.

@@ -18,8 +18,13 @@ namespace {
 constexpr size_t kLarge = (size_t(1) << 20) + 3;
 constexpr size_t kSizes[] = {0, 1, 7, 4097, 65537, kLarge};
 
+// Besides "shm" and "tcp": "tcp_lowat1" is TCP with SHOAL_TCP_NOTSENT_LOWAT=1, so that nearly
+// every sendmsg stops short (partial writes inside headers and payloads, on every stream), and
+// "tcp_nolowat" is TCP with no such limit (=0, the kernel's default).
 RunConfig p2p_config(const std::string& transport) {
-  RunConfig cfg = transport_config(transport);
+  RunConfig cfg = transport_config(transport.rfind("tcp", 0) == 0 ? "tcp" : transport);
+  if (transport == "tcp_lowat1") cfg.env.push_back({"SHOAL_TCP_NOTSENT_LOWAT", "1"});
+  if (transport == "tcp_nolowat") cfg.env.push_back({"SHOAL_TCP_NOTSENT_LOWAT", "0"});
   cfg.options.timeout = std::chrono::seconds(30);
   cfg.env.push_back({"SHOAL_TIMEOUT", ""});
   cfg.limit = std::chrono::seconds(120);
@@ -169,7 +174,7 @@ TEST_P(P2PMismatch, FailsWithError) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, P2P, ::testing::Values("shm", "tcp"),
+INSTANTIATE_TEST_SUITE_P(All, P2P, ::testing::Values("shm", "tcp", "tcp_lowat1", "tcp_nolowat"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 INSTANTIATE_TEST_SUITE_P(All, P2PMismatch,

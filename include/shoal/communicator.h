@@ -37,7 +37,11 @@ struct Options {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // deadline of every op
   TransportKind transport = TransportKind::automatic;   // SHOAL_TRANSPORT overrides when set
   int tcp_streams = 0;                                  // 0 = SHOAL_TCP_STREAMS or default
-  // Reads SHOAL_TRANSPORT, SHOAL_TIMEOUT (seconds), SHOAL_TCP_STREAMS into a copy of `base`.
+  // Bytes of not-yet-sent data each TCP socket may queue (TCP_NOTSENT_LOWAT): -1 = the default
+  // (16 KiB, see src/transport/tcp_link.h for why), 0 = no limit (the kernel's default).
+  int tcp_notsent_lowat = -1;
+  // Reads SHOAL_TRANSPORT, SHOAL_TIMEOUT (seconds), SHOAL_TCP_STREAMS, SHOAL_TCP_NOTSENT_LOWAT
+  // into a copy of `base`.
   static Options from_env(Options base);
 };
 

@@ -43,6 +43,13 @@ Options Options::from_env(Options o) {
     if (n < 1 || n > 64) throw InvalidArgument(std::string("SHOAL_TCP_STREAMS=") + t + ": expected 1..64");
     o.tcp_streams = n;
   }
+  if (const char* t = std::getenv("SHOAL_TCP_NOTSENT_LOWAT"); t && *t) {
+    char* end = nullptr;
+    long n = std::strtol(t, &end, 10);
+    if (*end || n < 0 || n > (1L << 30))
+      throw InvalidArgument(std::string("SHOAL_TCP_NOTSENT_LOWAT=") + t + ": expected bytes, 0..2^30 (0 = no limit)");
+    o.tcp_notsent_lowat = static_cast<int>(n);
+  }
   return o;
 }
 

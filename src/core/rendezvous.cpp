@@ -161,6 +161,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   cfg.use_tcp.assign(size, false);
   for (int r = 0; r < size; ++r) cfg.use_tcp[r] = r != rank && !shm_pair[r];
   cfg.streams = opts.tcp_streams > 0 ? opts.tcp_streams : 4;
+  if (opts.tcp_notsent_lowat >= 0) cfg.notsent_lowat = opts.tcp_notsent_lowat;
   std::memcpy(cfg.secret.data(), secret, sizeof secret);
   cfg.advertise_host = advertise_host;
   cfg.deadline = deadline;

@@ -355,7 +355,11 @@ class TcpLink final : public Link {
 // ---------------------------------------------------------------------------------------------
 // Set-up.
 
-void set_buffers(int fd) {
+void set_buffers(int fd, const TcpConfig& cfg) {
+  // TCP_NOTSENT_LOWAT (see TcpConfig::notsent_lowat): unlike a fixed SO_SNDBUF it leaves the
+  // window, and so long fat links, alone. Failure to set it costs only speed.
+  if (cfg.notsent_lowat > 0)
+    (void)::setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &cfg.notsent_lowat, sizeof cfg.notsent_lowat);
   int v = kSocketBuffer;
   if (v <= 0) return;
   (void)::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
@@ -481,7 +485,7 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
   // Listen and publish.
   fds.listener = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fds.listener < 0) throw Error("tcp set-up: socket: " + errno_string(errno));
-  set_buffers(fds.listener);  // accepted sockets inherit them (and the window scale that goes with them)
+  set_buffers(fds.listener, cfg);  // accepted sockets inherit the buffers (and the window scale that goes with them)
   sockaddr_in la{};
   la.sin_family = AF_INET;
   la.sin_addr.s_addr = htonl(INADDR_ANY);
@@ -562,7 +566,7 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
       if (o.st != Outgoing::St::idle || o.retry_at > now) continue;
       o.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
       if (o.fd < 0) throw Error("tcp set-up: socket: " + errno_string(errno));
-      set_buffers(o.fd);
+      set_buffers(o.fd, cfg);
       set_nodelay(o.fd);
       if (::connect(o.fd, reinterpret_cast<sockaddr*>(&o.addr), sizeof o.addr) == 0) {
         o.st = Outgoing::St::hello;
@@ -622,6 +626,7 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
               SHOAL_LOG(warn, "tcp set-up: accept: %s", errno_string(errno).c_str());
             break;
           }
+          set_buffers(fd, cfg);  // TCP_NOTSENT_LOWAT is not certain to be inherited from the listener
           Incoming c;
           c.fd = fd;
           c.remote = addr_string(ra);

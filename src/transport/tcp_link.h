@@ -29,6 +29,12 @@ struct TcpConfig {
   int size = 1;
   std::vector<bool> use_tcp;             // per peer: true where this pair talks TCP (symmetric)
   int streams = 4;                       // sockets per peer
+  // TCP_NOTSENT_LOWAT in bytes on every socket (0: the kernel's default, no limit): how much
+  // not-yet-sent data the kernel may queue per socket. Autotuning otherwise queues megabytes per
+  // socket, and copying the caller's buffer into kernel memory that large runs out of cache:
+  // across two hosts on veth links, 16 KiB doubled large sendrecv (1.9 -> 3.8 GB/s at 256 MiB,
+  // docs/multihost.md). The window, and so throughput on long links, is not limited by it.
+  int notsent_lowat = 16384;
   std::array<uint8_t, 32> secret{};      // the group's secret
   std::string advertise_host;            // the address peers dial (e.g. TcpStore::local_address())
   std::chrono::steady_clock::time_point deadline;  // for the whole set-up
