@@ -520,6 +520,59 @@ TEST(TcpStore, ServerSurvivesGarbage) {
   EXPECT_EQ(c.add("n", 1), 2);
 }
 
+// A connection that stalls before completing its HELLO, or in the middle of a frame, is dropped
+// after SHOAL_STORE_STALL_TIMEOUT (here 0.5 s); one idle between frames is kept.
+TEST(TcpStore, StalledConnectionsAreDropped) {
+  ::setenv("SHOAL_STORE_STALL_TIMEOUT", "0.5", 1);
+  shoal::TcpStore s("127.0.0.1", 0, true, 2000ms);  // the server reads it when it starts
+  ::unsetenv("SHOAL_STORE_STALL_TIMEOUT");
+  shoal::TcpStore idle_client("127.0.0.1", s.port(), false, 2000ms);
+  idle_client.set_string("k", "v");
+
+  // HELLO: length 13, command 0, request id 1, magic "SHST", version 1 (src/store/tcp_store.cpp).
+  const std::vector<uint8_t> hello = {13, 0, 0, 0, 0, 1, 0, 0, 0, 0x53, 0x48, 0x53, 0x54, 1, 0, 0, 0};
+  auto send_bytes = [](int fd, const std::vector<uint8_t>& b) {
+    ASSERT_EQ(send(fd, b.data(), b.size(), MSG_NOSIGNAL), (ssize_t)b.size());
+  };
+  auto with = [&](std::vector<uint8_t> a, const std::vector<uint8_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const auto t0 = Clock::now();
+  int silent = raw_connect(s.port());
+  int half_hello = raw_connect(s.port());
+  send_bytes(half_hello, {13, 0, 0, 0, 0});
+  int half_frame = raw_connect(s.port());
+  send_bytes(half_frame, with(hello, {20, 0, 0, 0, 1}));  // HELLO, then 5 bytes of a 24-byte SET
+  int hello_only = raw_connect(s.port());
+  send_bytes(hello_only, hello);
+
+  EXPECT_TRUE(closed_by_peer(silent, 5000)) << "a connection that never sends its HELLO";
+  EXPECT_TRUE(closed_by_peer(half_hello, 5000)) << "a truncated HELLO";
+  EXPECT_TRUE(closed_by_peer(half_frame, 5000)) << "a frame begun after the HELLO and never finished";
+  EXPECT_GE(Clock::now() - t0, 400ms) << "dropped before the stall timeout";
+
+  // Slowloris: after the HELLO, the first 12 bytes of a 24-byte frame, one byte every 100 ms
+  // (1.2 s > 0.5 s; the frame is never completed, so only the stall can drop it).
+  int slow = raw_connect(s.port());
+  send_bytes(slow, hello);
+  const std::vector<uint8_t> check = {20, 0, 0, 0, 4, 2, 0, 0, 0, 1, 0, 0};  // CHECK ... (cut short)
+  bool dropped = false;
+  for (uint8_t b : check) {
+    if (send(slow, &b, 1, MSG_NOSIGNAL) != 1) {
+      dropped = true;
+      break;
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(dropped || closed_by_peer(slow, 3000)) << "a frame trickled a byte at a time";
+
+  // Idle between frames for longer than the timeout: kept, and still served.
+  EXPECT_FALSE(closed_by_peer(hello_only, 300)) << "a connection idle after its HELLO was dropped";
+  EXPECT_EQ(idle_client.get_string("k", 1000ms), "v");
+  for (int fd : {silent, half_hello, half_frame, hello_only, slow}) close(fd);
+}
+
 // ---------------------------------------------------------------------------------------------
 // store_from_env.
 

@@ -13,7 +13,8 @@
 // connection may have several requests in flight (several threads share one client); answers carry
 // the request id and may come out of order. A frame longer than kMaxFrame, an unknown command, a
 // malformed body or a first frame that is not HELLO drops that connection (with a warning): the
-// server survives garbage. A serving TcpStore's destructor keeps serving up to kServerLinger
+// server survives garbage. A connection that stalls before its HELLO is complete, or in the middle
+// of a frame, is dropped after kStallTimeout (SHOAL_STORE_STALL_TIMEOUT). A serving TcpStore's destructor keeps serving up to kServerLinger
 // (SHOAL_STORE_LINGER) while other clients are still connected (the serving rank often finishes first).
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -59,20 +60,28 @@ constexpr size_t kHeader = 4 + 1 + 4;       // length, command/status, request i
 constexpr uint32_t kHelloLen = 1 + 4 + 4 + 4;  // a HELLO's length field: command, id, magic, version
 constexpr Millis kReplyGrace{10000};        // how much longer than the server's deadline a client waits
 constexpr Millis kServerLinger{5000};       // how long a serving TcpStore's destructor waits for clients
+// A connection that has not completed its HELLO, or has sent part of a frame, and does not finish
+// it within this long is dropped (SHOAL_STORE_STALL_TIMEOUT, seconds, overrides): silent and
+// slowloris connections cannot hold the server's file descriptors for ever. Clients send their
+// HELLO on connecting and each frame with one write, so only a dead or hostile peer stalls; a
+// connection idle *between* frames is a client with nothing to ask and is kept. 30 s lets a
+// frame of the 64 MiB maximum through at 2.3 MB/s.
+constexpr Millis kStallTimeout{30000};
 
-// SHOAL_STORE_LINGER (seconds) overrides kServerLinger.
-Millis server_linger() {
-  const char* s = std::getenv("SHOAL_STORE_LINGER");
-  if (!s || !*s) return kServerLinger;
+// Seconds from the environment variable `name` (0..3600), or `dflt` when unset or invalid.
+Millis env_seconds(const char* name, Millis dflt) {
+  const char* s = std::getenv(name);
+  if (!s || !*s) return dflt;
   char* end = nullptr;
   double v = std::strtod(s, &end);
   if (*end || !(v >= 0) || v > 3600) {
-    SHOAL_LOG(warn, "SHOAL_STORE_LINGER='%s' is not a number of seconds (0..3600): using %lld ms", s,
-              (long long)kServerLinger.count());
-    return kServerLinger;
+    SHOAL_LOG(warn, "%s='%s' is not a number of seconds (0..3600): using %lld ms", name, s, (long long)dflt.count());
+    return dflt;
   }
   return Millis(static_cast<int64_t>(v * 1000));
 }
+// SHOAL_STORE_LINGER (seconds) overrides kServerLinger.
+Millis server_linger() { return env_seconds("SHOAL_STORE_LINGER", kServerLinger); }
 
 enum Cmd : uint8_t { kHello = 0, kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kWait = 5 };
 enum Status : uint8_t { kOk = 0, kTimedOut = 1, kFailed = 2 };
@@ -348,6 +357,8 @@ class StoreServer {
     bool hello = false;
     bool dead = false;
     std::set<uint64_t> waiters;
+    // When the HELLO, or the frame begun, must be complete by; max() while between frames.
+    TimePoint must_finish = TimePoint::max();
   };
   struct Waiter {
     uint64_t client = 0;
@@ -383,8 +394,9 @@ class StoreServer {
   void run() {
     std::vector<epoll_event> events(64);
     while (!stop_.load()) {
-      int timeout = -1;
-      if (!by_deadline_.empty()) timeout = poll_ms(by_deadline_.begin()->first);
+      TimePoint next = by_deadline_.empty() ? TimePoint::max() : by_deadline_.begin()->first;
+      next = std::min(next, next_stall_check_);
+      int timeout = next == TimePoint::max() ? -1 : poll_ms(next);
       int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), timeout);
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -407,8 +419,29 @@ class StoreServer {
         }
       }
       expire_waiters();
+      drop_stalled();
       reap();
     }
+  }
+
+  // Drops the connections past their must_finish; sets when to look next.
+  void drop_stalled() {
+    auto now = Clock::now();
+    if (now < next_stall_check_) return;
+    next_stall_check_ = TimePoint::max();
+    for (auto& [id, c] : clients_) {
+      if (c->dead || c->must_finish == TimePoint::max()) continue;
+      if (now >= c->must_finish) {
+        drop(*c, c->hello ? "a frame begun was not completed in time (SHOAL_STORE_STALL_TIMEOUT)"
+                          : "no HELLO in time (SHOAL_STORE_STALL_TIMEOUT)");
+      } else {
+        next_stall_check_ = std::min(next_stall_check_, c->must_finish);
+      }
+    }
+  }
+  void set_must_finish(Client& c, TimePoint t) {
+    c.must_finish = t;
+    next_stall_check_ = std::min(next_stall_check_, t);
   }
 
   void accept_all() {
@@ -427,6 +460,7 @@ class StoreServer {
       c->id = next_client_id_++;
       c->fd = fd;
       c->peer = sockaddr_ip(ss) + ":" + std::to_string(sockaddr_port(ss));
+      set_must_finish(*c, Clock::now() + stall_timeout_);
       add_epoll(fd, c->id, EPOLLIN);
       SHOAL_LOG(debug, "store server: connection from %s", c->peer.c_str());
       clients_.emplace(c->id, std::move(c));
@@ -482,7 +516,11 @@ class StoreServer {
       handle(c, c.in.data() + off + 4, frame - 4);
       off += frame;
     }
-    if (c.dead || off == 0) return;
+    if (c.dead) return;
+    // Between frames (HELLO done, nothing pending): no deadline. A new partial frame: one from now.
+    if (c.hello && c.in_len == off) c.must_finish = TimePoint::max();
+    else if (c.hello && (off > 0 || c.must_finish == TimePoint::max())) set_must_finish(c, Clock::now() + stall_timeout_);
+    if (off == 0) return;
     std::memmove(c.in.data(), c.in.data() + off, c.in_len - off);
     c.in_len -= off;
     if (c.in.size() > (1u << 20) && c.in_len < 65536) {  // give back the memory of a large frame
@@ -710,6 +748,8 @@ class StoreServer {
   std::unordered_map<uint64_t, Waiter> waiters_;
   std::unordered_map<std::string, std::vector<uint64_t>> by_key_;
   std::set<std::pair<TimePoint, uint64_t>> by_deadline_;
+  const Millis stall_timeout_ = env_seconds("SHOAL_STORE_STALL_TIMEOUT", kStallTimeout);
+  TimePoint next_stall_check_ = TimePoint::max();
 };
 
 // Connects to host:port, retrying until `deadline` (the server may not be listening yet).
