@@ -2,15 +2,15 @@
 """shoal across two fake hosts (scripts/netns_hosts.py): the link's capacity, TCP point-to-point,
 and shoal vs Gloo collectives, in one run; prints markdown. Needs root (exit 77 otherwise).
 
-    sudo scripts/multihost_bench.py [--rounds 3] [--json FILE] [--quick]
+    sudo scripts/multihost_bench.py [--rounds 3] [--p2p-rounds 7] [--json FILE] [--quick]
 
 1. ceiling: iperf3 from fake host 0 to fake host 1 (the direction of shoal's sendrecv), one TCP
    stream (-P 1) and as many as shoal uses per peer (-P SHOAL_TCP_STREAMS, default 4); the
    ceiling is the better of the two.
 2. p2p: `shoal-bench sendrecv --vs gloo`, rank 0 on host 0, rank 1 on host 1, 16..256 MiB, with
    shoal's default streams per peer, with SHOAL_TCP_STREAMS=1, and with SHOAL_TCP_NOTSENT_LOWAT=0.
-   Steps 1 and 2 are repeated `--rounds` times, interleaved (the machine may be shared: the
-   ratio shoal / iperf3 is taken per round, then the median over rounds); so is step 3.
+   Steps 1 and 2 are repeated `--p2p-rounds` times, interleaved (the machine may be shared: the
+   ratio shoal / iperf3 is taken per round, then the median over rounds); step 3 `--rounds` times.
 3. collectives: allreduce, allgather, broadcast, reduce on 2 hosts x 2 ranks (ranks 0,1 on host 0,
    2,3 on host 1), 2 hosts x 3 ranks, and 2 x 2 interleaved (ranks 0,2 on host 0), 64 KiB..64 MiB: shoal's automatic choice (the
    hierarchical algorithms here) with `--vs gloo`, and shoal's flat algorithms (`--algo ring`:
@@ -92,7 +92,9 @@ def fmt_bytes(b: int) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the collectives (step 3)")
+    ap.add_argument("--p2p-rounds", type=int, default=7,
+                    help="rounds of steps 1 and 2 (cheap, and the veth link's speed varies from run to run)")
     ap.add_argument("--iperf-time", type=int, default=5, help="seconds per iperf3 run")
     ap.add_argument("--json", help="write every measurement to this file")
     ap.add_argument("--quick", action="store_true", help="1 round, smaller sweeps (smoke run)")
@@ -106,6 +108,7 @@ def main() -> int:
             print(f"multihost_bench: {b} not built (cmake --build build)", file=sys.stderr)
             return 2
     rounds = 1 if a.quick else a.rounds
+    p2p_rounds = 1 if a.quick else a.p2p_rounds
     streams = int(os.environ.get("SHOAL_TCP_STREAMS", "4") or 4)
     p2p_hi = "64M" if a.quick else "256M"
     coll_hi = "4M" if a.quick else "64M"
@@ -119,7 +122,7 @@ def main() -> int:
     results: dict = {"rounds": [], "collectives": {}}
 
     with nh.FakeHosts(2) as hosts, tempfile.TemporaryDirectory(prefix="shoal-mh-") as tmp:
-        for rnd in range(rounds):
+        for rnd in range(p2p_rounds):
             r: dict = {"iperf3": {}, "sendrecv": {}}
             r["iperf3"]["P1"] = iperf3(hosts, 1, a.iperf_time)
             if streams != 1:
@@ -127,7 +130,7 @@ def main() -> int:
             for name, (_, extra) in stream_cfgs:
                 r["sendrecv"][name] = bench(hosts, [0, 1], "sendrecv", "16M", p2p_hi, "2", extra, tmp)
             results["rounds"].append(r)
-            print(f"round {rnd + 1}/{rounds} done", file=sys.stderr)
+            print(f"p2p round {rnd + 1}/{p2p_rounds} done", file=sys.stderr)
         for rnd in range(rounds):
             for lname, layout in LAYOUTS.items():
                 for op, flat in FLAT.items():
@@ -145,7 +148,8 @@ def main() -> int:
     ceil = [max(x["iperf3"].values()) for x in R]
     sr0 = R[0]["sendrecv"]["default"]
     print(f"# shoal across 2 fake hosts (netns + UTS + private /dev/shm, veth + bridge, MTU 1500)\n")
-    print(f"machine: {sr0['machine']['nproc']} x {sr0['machine']['model']}; {rounds} round(s); "
+    print(f"machine: {sr0['machine']['nproc']} x {sr0['machine']['model']}; {p2p_rounds} round(s) of p2p, "
+          f"{rounds} of collectives; "
           f"shoal TCP streams per peer: {streams} (default) unless said; GB/s = 1e9 B/s\n")
     print("## Link capacity: iperf3 host 0 -> host 1\n")
     keys = list(R[0]["iperf3"])
