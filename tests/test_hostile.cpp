@@ -305,7 +305,8 @@ std::vector<uint8_t> store_frame(uint8_t cmd, const std::vector<uint8_t>& body) 
 std::vector<uint8_t> store_hello(uint32_t magic) {
   std::vector<uint8_t> body;
   put32(body, magic);
-  put32(body, 1);
+  put32(body, 2);  // protocol version
+  put32(body, 0);  // no token (the test's store has none)
   return store_frame(0, body);
 }
 std::vector<uint8_t> junk(size_t n, uint64_t seed) {

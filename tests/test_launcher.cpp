@@ -70,3 +70,28 @@ TEST(Launcher, RanksFormAGroupThroughItsStore) {
   EXPECT_NE(r.out.find("65536"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("FAIL"), std::string::npos) << r.out;
 }
+
+// The store shoal-run serves requires a token it makes up (32 hex digits) and hands to the ranks:
+// they form their group with it, a process with another token is refused with a message naming
+// SHOAL_STORE_TOKEN, and a token the caller set is used as it is.
+TEST(Launcher, StoreItServesRequiresItsToken) {
+  Result r = run("env -u SHOAL_STORE_TOKEN " + kRun + " -n 2 /bin/sh -c 'echo token=$SHOAL_STORE_TOKEN'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::set<std::string> tokens;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("token=", 0) == 0) tokens.insert(line.substr(6));
+  ASSERT_EQ(tokens.size(), 1u) << "both ranks should get the same token: " << r.out;
+  const std::string tok = *tokens.begin();
+  EXPECT_EQ(tok.size(), 32u) << tok;
+  EXPECT_EQ(tok.find_first_not_of("0123456789abcdef"), std::string::npos) << tok;
+
+  r = run("env -u SHOAL_STORE_TOKEN " + kRun + " -n 1 /bin/sh -c 'SHOAL_STORE_TOKEN=wrong exec " + kBench +
+          " allreduce -n 1 -b 4 -e 4'");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("SHOAL_STORE_TOKEN"), std::string::npos) << r.out;
+
+  r = run("SHOAL_STORE_TOKEN=callers-own " + kRun + " -n 2 /bin/sh -c 'echo token=$SHOAL_STORE_TOKEN'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("token=callers-own"), std::string::npos) << r.out;
+}

@@ -529,8 +529,9 @@ TEST(TcpStore, StalledConnectionsAreDropped) {
   shoal::TcpStore idle_client("127.0.0.1", s.port(), false, 2000ms);
   idle_client.set_string("k", "v");
 
-  // HELLO: length 13, command 0, request id 1, magic "SHST", version 1 (src/store/tcp_store.cpp).
-  const std::vector<uint8_t> hello = {13, 0, 0, 0, 0, 1, 0, 0, 0, 0x53, 0x48, 0x53, 0x54, 1, 0, 0, 0};
+  // HELLO: length 17, command 0, request id 1, magic "SHST", version 2, empty token
+  // (src/store/tcp_store.cpp).
+  const std::vector<uint8_t> hello = {17, 0, 0, 0, 0, 1, 0, 0, 0, 0x53, 0x48, 0x53, 0x54, 2, 0, 0, 0, 0, 0, 0, 0};
   auto send_bytes = [](int fd, const std::vector<uint8_t>& b) {
     ASSERT_EQ(send(fd, b.data(), b.size(), MSG_NOSIGNAL), (ssize_t)b.size());
   };
@@ -541,7 +542,7 @@ TEST(TcpStore, StalledConnectionsAreDropped) {
   const auto t0 = Clock::now();
   int silent = raw_connect(s.port());
   int half_hello = raw_connect(s.port());
-  send_bytes(half_hello, {13, 0, 0, 0, 0});
+  send_bytes(half_hello, {17, 0, 0, 0, 0});
   int half_frame = raw_connect(s.port());
   send_bytes(half_frame, with(hello, {20, 0, 0, 0, 1}));  // HELLO, then 5 bytes of a 24-byte SET
   int hello_only = raw_connect(s.port());
@@ -571,6 +572,36 @@ TEST(TcpStore, StalledConnectionsAreDropped) {
   EXPECT_FALSE(closed_by_peer(hello_only, 300)) << "a connection idle after its HELLO was dropped";
   EXPECT_EQ(idle_client.get_string("k", 1000ms), "v");
   for (int fd : {silent, half_hello, half_frame, hello_only, slow}) close(fd);
+}
+
+// SHOAL_STORE_TOKEN: a server with a token refuses clients without it or with another one, with a
+// message that names the variable, and serves clients that present it; a server without one
+// serves everyone (the token is opt-in, as for torch's TCPStore, which has none).
+TEST(TcpStore, TokenIsRequiredWhereTheServerHasOne) {
+  ::setenv("SHOAL_STORE_TOKEN", "s3cret-token", 1);
+  shoal::TcpStore s("127.0.0.1", 0, true, 2000ms);  // server and its own client: both have it
+  s.set_string("k", "v");
+  shoal::TcpStore good("127.0.0.1", s.port(), false, 2000ms);
+  EXPECT_EQ(good.get_string("k", 1000ms), "v");
+  for (const char* bad : {"", "s3cret-tokeN", "s3cret-token-and-more"}) {
+    ::setenv("SHOAL_STORE_TOKEN", bad, 1);
+    try {
+      shoal::TcpStore c("127.0.0.1", s.port(), false, 2000ms);
+      ADD_FAILURE() << "a client with token '" << bad << "' was served";
+    } catch (const shoal::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("SHOAL_STORE_TOKEN"), std::string::npos) << e.what();
+    }
+  }
+  ::unsetenv("SHOAL_STORE_TOKEN");
+  EXPECT_THROW(shoal::TcpStore("127.0.0.1", s.port(), false, 2000ms), shoal::Error);
+  EXPECT_EQ(good.get_string("k", 1000ms), "v");  // the refusals did not disturb the others
+
+  shoal::TcpStore open_server("127.0.0.1", 0, true, 2000ms);  // no token: anyone
+  ::setenv("SHOAL_STORE_TOKEN", "whatever", 1);
+  shoal::TcpStore c("127.0.0.1", open_server.port(), false, 2000ms);
+  ::unsetenv("SHOAL_STORE_TOKEN");
+  c.set_string("x", "1");
+  EXPECT_EQ(open_server.get_string("x", 1000ms), "1");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ struct Request {
   uint8_t cmd = 0;
   uint32_t id = 0;
   uint32_t magic = 0, version = 0;  // HELLO
-  std::string key;                  // SET, GET, ADD, CHECK
+  std::string key;                  // SET, GET, ADD, CHECK; HELLO: the token
   Bytes value;                      // SET
   int64_t timeout_ms = 0;           // GET, WAIT
   int64_t delta = 0;                // ADD

@@ -3,7 +3,7 @@
 // Wire protocol (every integer little-endian). Each message is a frame:
 //   u32 length (bytes after this field, at most kMaxFrame) | u8 command or status | u32 request id | body
 // Strings and values in a body are u32 length + bytes.
-//   HELLO  u32 magic, u32 version        -> OK u32 version          (must be a connection's first frame)
+//   HELLO  u32 magic, u32 version, str token -> OK u32 version      (must be a connection's first frame)
 //   SET    str key, bytes value          -> OK
 //   GET    i64 timeout_ms, str key       -> OK bytes value | TIMEOUT u32 n, str missing...
 //   ADD    str key, i64 delta            -> OK i64 new value | FAILED str message
@@ -13,7 +13,9 @@
 // connection may have several requests in flight (several threads share one client); answers carry
 // the request id and may come out of order. A frame longer than kMaxFrame, an unknown command, a
 // malformed body or a first frame that is not HELLO drops that connection (with a warning): the
-// server survives garbage. A connection that stalls before its HELLO is complete, or in the middle
+// server survives garbage. A server with a token (SHOAL_STORE_TOKEN) answers a HELLO that does not
+// present it with FAILED and drops the connection; shoal-run makes one up for the store it serves.
+// A connection that stalls before its HELLO is complete, or in the middle
 // of a frame, is dropped after kStallTimeout (SHOAL_STORE_STALL_TIMEOUT). A serving TcpStore's destructor keeps serving up to kServerLinger
 // (SHOAL_STORE_LINGER) while other clients are still connected (the serving rank often finishes first).
 #include <arpa/inet.h>
@@ -55,9 +57,11 @@ using TimePoint = Clock::time_point;
 
 constexpr uint32_t kMaxFrame = 64u << 20;   // 64 MiB
 constexpr uint32_t kMagic = 0x54534853;     // "SHST"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;             // 2: HELLO carries a token
 constexpr size_t kHeader = 4 + 1 + 4;       // length, command/status, request id
-constexpr uint32_t kHelloLen = 1 + 4 + 4 + 4;  // a HELLO's length field: command, id, magic, version
+constexpr size_t kMaxToken = 256;
+// The longest HELLO's length field: command, id, magic, version, token.
+constexpr uint32_t kHelloLen = 1 + 4 + 4 + 4 + 4 + kMaxToken;
 constexpr Millis kReplyGrace{10000};        // how much longer than the server's deadline a client waits
 constexpr Millis kServerLinger{5000};       // how long a serving TcpStore's destructor waits for clients
 // A connection that has not completed its HELLO, or has sent part of a frame, and does not finish
@@ -79,6 +83,19 @@ Millis env_seconds(const char* name, Millis dflt) {
     return dflt;
   }
   return Millis(static_cast<int64_t>(v * 1000));
+}
+// SHOAL_STORE_TOKEN: what a client presents in its HELLO and what a server requires ("" = none).
+// Longer ones are cut to kMaxToken bytes, the same way on both sides.
+std::string store_token() {
+  const char* t = std::getenv("SHOAL_STORE_TOKEN");
+  return t ? std::string(t).substr(0, kMaxToken) : std::string();
+}
+// Compares in time independent of where the tokens differ.
+bool same_token(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return d == 0;
 }
 // SHOAL_STORE_LINGER (seconds) overrides kServerLinger.
 Millis server_linger() { return env_seconds("SHOAL_STORE_LINGER", kServerLinger); }
@@ -544,6 +561,12 @@ class StoreServer {
                                                       std::to_string(q.version)).finish());
           return;
         }
+        if (!token_.empty() && !same_token(q.key, token_)) {
+          send_frame(c, FrameWriter(kFailed, req).str(q.key.empty()
+              ? "this store needs a token: set SHOAL_STORE_TOKEN to the store server's (shoal-run sets it for its ranks)"
+              : "wrong store token: SHOAL_STORE_TOKEN differs from the store server's").finish());
+          return drop(c, q.key.empty() ? "HELLO without the store's token" : "HELLO with a wrong store token");
+        }
         c.hello = true;
         send_frame(c, FrameWriter(kOk, req).u32(kVersion).finish());
         return;
@@ -749,6 +772,7 @@ class StoreServer {
   std::unordered_map<std::string, std::vector<uint64_t>> by_key_;
   std::set<std::pair<TimePoint, uint64_t>> by_deadline_;
   const Millis stall_timeout_ = env_seconds("SHOAL_STORE_STALL_TIMEOUT", kStallTimeout);
+  const std::string token_ = store_token();
   TimePoint next_stall_check_ = TimePoint::max();
 };
 
@@ -848,7 +872,10 @@ std::string parse_request(const uint8_t* p, size_t n, Request* out) {
     case kHello:
       out->magic = r.u32();
       out->version = r.u32();
-      if (!r.at_end() || out->magic != kMagic) return "bad HELLO (not a shoal store client?)";
+      if (out->magic != kMagic) return "bad HELLO (not a shoal store client?)";
+      if (out->version != kVersion) return "";  // answered with the version mismatch; its body may differ
+      out->key = r.str();                       // the token
+      if (!r.at_end() || out->key.size() > kMaxToken) return "bad HELLO (malformed token)";
       return "";
     case kSet:
       out->key = r.str();
@@ -1087,7 +1114,7 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, bool is_server, Milli
   socklen_t len = sizeof ss;
   if (getsockname(impl_->fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) impl_->local_addr = sockaddr_ip(ss);
 
-  auto r = impl_->call(FrameWriter(kHello, 0).u32(kMagic).u32(kVersion).finish(),
+  auto r = impl_->call(FrameWriter(kHello, 0).u32(kMagic).u32(kVersion).str(store_token()).finish(),
                        std::max(deadline, deadline_after(Millis(5000))), "hello");
   if (!r) throw Error("store: no answer to HELLO from " + impl_->where() + " (not a shoal store server?)");
   if (r->status != kOk) {

@@ -4,7 +4,8 @@
 //
 // Serves a TcpStore on 127.0.0.1 (any free port) unless --store names an external one, and starts
 // every rank with SHOAL_RANK, SHOAL_WORLD_SIZE, SHOAL_LOCAL_RANK, SHOAL_STORE=host:port and
-// SHOAL_STORE_SERVER=0 in its environment. Children inherit stdout/stderr untouched.
+// SHOAL_STORE_SERVER=0 in its environment, and SHOAL_STORE_TOKEN: the caller's, or for the store it
+// serves a random one that the store requires. Children inherit stdout/stderr untouched.
 // Each rank runs in its own process group, so that signals reach a rank's whole process tree (a
 // shell script and the program it starts): SIGINT/SIGTERM/SIGHUP sent to shoal-run (a terminal's
 // Ctrl-C included) are forwarded to every rank's group. When a rank fails (non-zero exit or killed),
@@ -42,12 +43,30 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// 32 hex digits from /dev/urandom, or "" when it cannot be read.
+std::string random_token() {
+  unsigned char b[16];
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  ssize_t got = read(fd, b, sizeof b);
+  close(fd);
+  if (got != static_cast<ssize_t>(sizeof b)) return "";
+  std::string s;
+  char h[3];
+  for (unsigned char c : b) {
+    std::snprintf(h, sizeof h, "%02x", c);
+    s += h;
+  }
+  return s;
+}
+
 const char* kUsage =
     "usage: shoal-run -n N [--store host:port] [--] PROGRAM [ARGS...]\n"
     "\n"
     "Starts N ranks of PROGRAM on this host. Each rank gets in its environment:\n"
     "  SHOAL_RANK=0..N-1  SHOAL_WORLD_SIZE=N  SHOAL_LOCAL_RANK=0..N-1\n"
     "  SHOAL_STORE=host:port  SHOAL_STORE_SERVER=0\n"
+    "  SHOAL_STORE_TOKEN      the caller's; else, for the store served here, a random one\n"
     "\n"
     "options:\n"
     "  -n N                 number of ranks (required)\n"
@@ -158,6 +177,17 @@ int main(int argc, char** argv) {
 
   std::shared_ptr<void> server;
   if (store.empty()) {
+    // A token for the store served here, so that no other local user's process can use it
+    // (unless the caller chose one): the server requires it, the ranks inherit it.
+    const char* t = std::getenv("SHOAL_STORE_TOKEN");
+    if (!t || !*t) {
+      std::string tok = random_token();
+      if (tok.empty()) {
+        std::fprintf(stderr, "shoal-run: cannot read /dev/urandom for the store's token\n");
+        return 1;
+      }
+      setenv("SHOAL_STORE_TOKEN", tok.c_str(), 1);
+    }
     uint16_t port = 0;
     try {
       server = shoal::detail::start_store_server("127.0.0.1", 0, &port);

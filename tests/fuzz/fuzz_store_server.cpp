@@ -93,12 +93,13 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> stream;
-  if (size > 0 && (data[0] & 1)) {  // HELLO, id 1, magic "SHST", version 1
-    put32(stream, 4 + 1 + 4 + 4 + 4 - 4);
+  if (size > 0 && (data[0] & 1)) {  // HELLO, id 1, magic "SHST", version 2, empty token
+    put32(stream, 1 + 4 + 4 + 4 + 4);
     stream.push_back(0);
     put32(stream, 1);
     put32(stream, 0x54534853);
-    put32(stream, 1);
+    put32(stream, 2);
+    put32(stream, 0);
   }
   if (size > 0) stream.insert(stream.end(), data + 1, data + size);
 
