@@ -249,8 +249,13 @@ void Communicator::Impl::run_claimed(const Work* w) {
 }
 
 void Communicator::Impl::fail_all(std::exception_ptr e) {
-  for (auto& p : pending) p.work->finish(e);
-  pending.clear();
+  // `pending` belongs to the thread running ops, but loop() reads it while idle. An op run
+  // inline on a caller's thread (run_claimed) only starts with no p2p pending, so there it is
+  // empty and must not be written either: clear() of an empty list still writes its header.
+  if (!pending.empty()) {
+    for (auto& p : pending) p.work->finish(e);
+    pending.clear();
+  }
   npending.store(0);
   std::deque<Op> q;
   {
