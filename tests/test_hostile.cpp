@@ -50,7 +50,10 @@ namespace {
 
 constexpr int kRanks = 4;
 constexpr int kHammerRounds = 10;     // full rounds of attacks the ranks must overlap with
-constexpr int kMinOpRounds = 100;     // rounds of collectives at least
+constexpr int kMinOpRounds = 100;     // rounds of collectives the ranks run at least, time allowing
+// ... and must have run: a sanitizer build beside other tests can be 10x slower (TSan with -j2:
+// 73 rounds in 35 s), and the point is that the hammer's rounds overlapped with checked work.
+constexpr int kMinOpRoundsSlow = 20;
 constexpr double kMaxOpSeconds = 35;  // the ranks give up waiting for the hammer after this (TSan: ~18 s for 100 rounds)
 constexpr long kRssLimitKb = 48 * 1024;
 
@@ -563,7 +566,7 @@ TEST(Hostile, ConnectionsDuringWorkAreDroppedAndTheGroupIsUnharmed) {
   EXPECT_TRUE(ok);
   EXPECT_EQ(s.failure[0], '\0') << s.failure;
   EXPECT_GE(s.rounds.load(), kHammerRounds) << "the ranks stopped before the hammer finished its rounds";
-  EXPECT_GE(s.op_rounds.load(), kMinOpRounds);
+  EXPECT_GE(s.op_rounds.load(), kMinOpRoundsSlow);
   EXPECT_LT(secs, 45.0);
   // The transport listeners are closed once set-up is over: nothing gets through.
   EXPECT_GT(s.rank_attempts.load(), 0);
