@@ -15,9 +15,10 @@
 // malformed body or a first frame that is not HELLO drops that connection (with a warning): the
 // server survives garbage. A server with a token (SHOAL_STORE_TOKEN) answers a HELLO that does not
 // present it with FAILED and drops the connection; shoal-run makes one up for the store it serves.
-// A connection that stalls before its HELLO is complete, or in the middle
-// of a frame, is dropped after kStallTimeout (SHOAL_STORE_STALL_TIMEOUT). A serving TcpStore's destructor keeps serving up to kServerLinger
-// (SHOAL_STORE_LINGER) while other clients are still connected (the serving rank often finishes first).
+// A connection that stalls before its HELLO is complete, or in the middle of a frame, is dropped
+// after kStallTimeout (SHOAL_STORE_STALL_TIMEOUT). A serving TcpStore's destructor keeps serving
+// up to kServerLinger (SHOAL_STORE_LINGER) while other clients are still connected (the serving
+// rank often finishes first).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
