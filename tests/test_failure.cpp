@@ -625,6 +625,48 @@ INSTANTIATE_TEST_SUITE_P(All, KillDuringOp,
                            return std::get<0>(i.param) + "_" + std::get<1>(i.param);
                          });
 
+// ---- A peer that leaves as soon as its op is done ---------------------------------------------
+//
+// A rank whose op has completed may destroy its communicator at once, while its peers are still
+// finishing the same op (they have yet to see its last message, or to look at the barrier word
+// it set): they must complete the op, not fail with "rank r aborted: the communicator was
+// destroyed". 8 ranks (more than this machine's cores, so ranks are preempted anywhere) form many
+// short-lived groups, each running one op and destroyed at once, over every kind of op.
+class LeaveRightAfterOp : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LeaveRightAfterOp, PeersStillComplete) {
+  const std::string transport = GetParam();
+  constexpr int n = 8, rounds = 128;
+  RunConfig cfg = failure_config(transport, 20);
+  cfg.limit = std::chrono::seconds(120);
+  EXPECT_TRUE(run_ranks(n, cfg, [](Communicator& c) {
+    const char* ops[] = {"barrier", "allreduce", "allreduce_ring", "broadcast", "reduce", "allgather", "sendrecv"};
+    const size_t count = 1024;
+    for (int round = 0; round < rounds; ++round) {
+      const std::string op = ops[round % std::size(ops)];
+      Options o = Options::from_env({});
+      o.group_name = "leave" + std::to_string(round);
+      o.timeout = std::chrono::seconds(20);
+      Communicator g(std::make_shared<FileStore>(run_dir() + "/leave-store"), c.rank(), c.size(), o);
+      std::vector<float> a(count * n, float(g.rank() + 1)), b(count * n, 0.0f);
+      if (op == "barrier") {
+        g.barrier()->wait();
+      } else if (op == "allreduce" || op == "allreduce_ring") {
+        CallOptions co;
+        if (op == "allreduce_ring") co.algo = Algo::ring;
+        g.allreduce(a.data(), b.data(), count, DType::f32, ReduceOp::sum, co)->wait();
+        for (size_t i = 0; i < count; ++i)
+          SH_CHECK(b[i] == float(n * (n + 1) / 2)) << op << " round " << round << " gave " << b[i];
+      } else {
+        run_op(g, op, a, b, count);
+      }
+    }  // each group is destroyed right after its op
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(All, LeaveRightAfterOp, ::testing::Values("shm", "tcp"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
 // ---- A peer that stalls (SIGSTOP) --------------------------------------------------------------
 //
 // Rank 1 of 3 stops itself in the middle of a stream of allreduces: it is alive (its pid and
@@ -674,4 +716,5 @@ TEST_P(StalledPeer, TripsTheTimeout) {
   EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
 }
 
-INSTANTIATE_TEST_SUITE_P(All, StalledPeer, ::testing::Values("shm", "tcp"));
+INSTANTIATE_TEST_SUITE_P(All, StalledPeer, ::testing::Values("shm", "tcp"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });

@@ -232,21 +232,20 @@ void Engine::wait_loop(std::vector<int> waiting_for, bool (*done)(void*), void* 
     if (now >= deadline_) fail_timeout(waiting_for);
     if (now - last_check_ >= kPeerCheckEvery) {
       last_check_ = now;
-      try {
-        for (int r : waiting_for) {
-          if (r == rank || r < 0 || r >= size || !peer_ctl_[r]) continue;
-          if (peer_ctl_[r]->state.load(std::memory_order_acquire) != 0)
-            throw PeerError(std::string(what_) + " on group '" + group + "': rank " + std::to_string(r) +
-                            " aborted: " + std::string(peer_ctl_[r]->reason, strnlen(peer_ctl_[r]->reason, sizeof peer_ctl_[r]->reason)));
-          pollfd p{pidfds_[r], POLLIN, 0};
-          if (pidfds_[r] >= 0 && ::poll(&p, 1, 0) > 0)
-            throw PeerError(std::string(what_) + " on group '" + group + "': rank " + std::to_string(r) + " (pid " +
-                            std::to_string(peer_ctl_[r]->pid) + ") exited while this rank waited for it");
-        }
-      } catch (const PeerError& e) {
-        abort(e.what());
+      for (int r : waiting_for) {
+        std::string why = gone_reason(r);
+        if (why.empty()) continue;
+        // What the peer wrote before it left is visible now (its state store is a release and
+        // our load an acquire; an exited process wrote everything it ever will). A peer that
+        // finished its part of the op and left at once, between our last look and this one, is
+        // no failure: progress once more and look again before failing.
+        poll();
+        if (done(arg)) return;
+        if (refresh) refresh(arg, waiting_for);
+        if (std::find(waiting_for.begin(), waiting_for.end(), r) == waiting_for.end()) break;  // (the loop ends either way: refresh may have changed the list)
+        abort(why);
         close_links();
-        throw;
+        throw PeerError(why);
       }
     }
     if (done(arg)) return;
@@ -254,6 +253,19 @@ void Engine::wait_loop(std::vector<int> waiting_for, bool (*done)(void*), void* 
     sleep(std::min<std::chrono::microseconds>(left, kMaxSleep), done, arg);
     spin_start = Clock::now() - spin_ + std::chrono::microseconds(spin_.count() / 4);  // short re-spin
   }
+}
+
+std::string Engine::gone_reason(int r) const {
+  if (r == rank || r < 0 || r >= size || !peer_ctl_[r]) return "";
+  const ShmControl* c = peer_ctl_[r];
+  if (c->state.load(std::memory_order_acquire) != 0)
+    return std::string(what_) + " on group '" + group + "': rank " + std::to_string(r) +
+           " aborted: " + std::string(c->reason, strnlen(c->reason, sizeof c->reason));
+  pollfd p{pidfds_[r], POLLIN, 0};
+  if (pidfds_[r] >= 0 && ::poll(&p, 1, 0) > 0)
+    return std::string(what_) + " on group '" + group + "': rank " + std::to_string(r) + " (pid " +
+           std::to_string(c->pid) + ") exited while this rank waited for it";
+  return "";
 }
 
 void Engine::check_peers() {

@@ -83,6 +83,9 @@ class Engine {
   // ready, wake() was called, or time passed. Returns at once if done() already holds.
   void sleep(std::chrono::microseconds max, bool (*done)(void*), void* arg);
   [[noreturn]] void fail_timeout(const std::vector<int>& waiting_for);
+  // Why same-host peer `r` can no longer take part (it aborted, destroyed its communicator or
+  // exited), or "" while it can.
+  std::string gone_reason(int r) const;
 
   std::vector<std::unique_ptr<Link>> links_;
   std::vector<Link*> busy_;  // scratch list for poll()

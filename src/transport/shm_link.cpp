@@ -54,6 +54,16 @@ void ShmLink::check_peer(const Request* r) const {
                     std::string(peer_ctl_->reason, strnlen(peer_ctl_->reason, sizeof peer_ctl_->reason)));
 }
 
+void ShmLink::check_peer_stalled(const Request* r, uint64_t avail) const {
+  if (peer_ctl_->state.load(std::memory_order_acquire) == 0) return;
+  // The peer stores its state (a release) after everything it wrote into our ring, so head, read
+  // again after the state (an acquire), shows all of it. A peer that sent its last bytes and
+  // left (its op complete, its communicator destroyed) between our look at head and at the
+  // state is no failure: the next progress pass reads what it sent.
+  if (in_->head.load(std::memory_order_acquire) - in_tail_ != avail) return;
+  check_peer(r);
+}
+
 bool ShmLink::peek(FrameHeader* h) {
   if (!recvs_.empty() || in_->head.load(std::memory_order_acquire) - in_tail_ < sizeof(FrameHeader)) return false;
   copy_out(reinterpret_cast<uint8_t*>(h), in_data_, cap_, in_tail_, sizeof *h);
@@ -108,7 +118,7 @@ bool ShmLink::progress_recv() {
     uint64_t avail = in_->head.load(std::memory_order_acquire) - in_tail_;
     if (r->state == 0) {
       if (avail < sizeof(FrameHeader)) {
-        check_peer(r);
+        check_peer_stalled(r, avail);
         break;
       }
       FrameHeader h;
@@ -138,7 +148,7 @@ bool ShmLink::progress_recv() {
     }
     in_->tail.store(in_tail_, std::memory_order_release);
     if (r->done < r->bytes) {
-      if (!avail) check_peer(r);
+      if (!avail) check_peer_stalled(r, 0);
       break;
     }
     r->complete = true;

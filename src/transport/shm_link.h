@@ -24,7 +24,11 @@ class ShmLink : public Link {
  private:
   bool progress_send();
   bool progress_recv();
+  // Throws PeerError if the peer aborted or left. A send pending to such a peer always fails:
+  // the peer cannot have finished the op without it. A receive stalled with `avail` bytes in the
+  // ring fails only if the peer wrote nothing more before it left (see the .cpp).
   void check_peer(const Request* r) const;
+  void check_peer_stalled(const Request* r, uint64_t avail) const;
 
   int rank_, peer_;
   ShmControl* peer_ctl_;
