@@ -83,7 +83,7 @@ ASAN_SMOKE_CXX ?= g++
 # -g1: line tables, enough for file:line in reports. gcc 12 at -O1 warns falsely in <regex>.
 ASAN_SMOKE_OPT ?= -O1 -g1 -Wno-maybe-uninitialized
 ASAN_SMOKE_SOURCES := test_store.cpp;test_tcp_link.cpp;test_p2p.cpp;test_collectives.cpp;test_failure.cpp
-ASAN_SMOKE_TESTS ?= ^(TcpStore|StoreFromEnv|TcpLinkTest|DevShm|AbortFromThreadGroup|CollectivesTcpStore)\.|^Stores/StoreTest\..*/Tcp$$|^All/(P2P|P2PMismatch|KillDuringOp|KillDuringAllreduce|KillDuringBarrier|AbortFromThread)\.|^All/P2PRing\.Exchanges/n[34]_|^All/Collectives\.Matrix/n[23]_(shm|tcp)_|^All/CollectivesHosts\.Matrix/hosts_0_1_0_1_0_(broadcast|allgather|allgatherv|reduce)$$|^All/CollectivesHosts\.Matrix/hosts_0_0_1_1_allreduce$$
+ASAN_SMOKE_TESTS ?= ^(TcpStore|StoreFromEnv|TcpLinkTest|DevShm|AbortFromThreadGroup|CollectivesTcpStore)\.|^Stores/StoreTest\..*/Tcp$$|^All/(P2P|P2PMismatch|KillDuringOp|KillDuringAllreduce|KillDuringBarrier|AbortFromThread|LeaveRightAfterOp)\.|^All/P2PRing\.Exchanges/n[34]_|^All/Collectives\.Matrix/n[23]_(shm|tcp)_|^All/CollectivesHosts\.Matrix/hosts_0_1_0_1_0_(broadcast|allgather|allgatherv|reduce)$$|^All/CollectivesHosts\.Matrix/hosts_0_0_1_1_allreduce$$
 # Left out: the two store tests that fork while the parent's store server thread runs. gcc 12's
 # libasan does not lock its allocator across fork(), so a child can inherit a lock the server
 # thread held and hang in its first allocation (seen: 1 run in ~90; gdb: the child waits in

@@ -96,6 +96,20 @@ RunResult run_ranks_outcomes(int n, const RunConfig& cfg, const RankFn& fn);
 bool run_ranks(int n, const RunConfig& cfg, const RankFn& fn);
 bool run_ranks(int n, const Env& env, const RankFn& fn);
 
+// Whether this build runs under a sanitizer (gcc's macros, clang's __has_feature), where
+// everything is 5-20x slower: tests that loop for coverage do fewer rounds there.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 // ---- In the child ----------------------------------------------------------------------------
 
 int my_rank();                   // this child's rank (-1 in the parent)

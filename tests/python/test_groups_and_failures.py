@@ -184,24 +184,35 @@ def test_killed_peer_raises_in_survivors():
         assert kind == "DistBackendError", (kind, msg)
 
 
-def f_timeout(rank, n):
+def _wait_for_file(path, limit_s):
+    """Sleeps until `path` exists (another rank is done) or `limit_s` passed."""
+    deadline = time.monotonic() + limit_s
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def f_timeout(rank, n, done_path):
     import shoal  # noqa: F401
 
     dist.init_process_group("shoal", rank=rank, world_size=n, timeout=timedelta(seconds=3))
     dist.barrier()
     if rank == 1:
-        time.sleep(12)  # misses the all_reduce
+        # Misses the all_reduce, alive (so rank 0 times out rather than sees it leave) until
+        # rank 0 is done.
+        _wait_for_file(done_path, 20)
         return None
     start = time.monotonic()
     try:
         dist.all_reduce(torch.ones(10))
     except RuntimeError as e:
         return time.monotonic() - start, str(e)
+    finally:
+        open(done_path, "w").close()
     raise AssertionError("all_reduce should time out")
 
 
-def test_timeout():
-    res = spawn(f_timeout, 2, timeout=60)
+def test_timeout(tmp_path):
+    res = spawn(f_timeout, 2, str(tmp_path / "done"), timeout=60)
     elapsed, msg = res[0]
     assert 2.5 < elapsed < 15, (elapsed, msg)
     assert "timed out" in msg, msg
@@ -232,22 +243,25 @@ def test_work_wait_timeout():
     spawn(f_work_wait_timeout, 2, timeout=60)
 
 
-def f_monitored_barrier_names_missing_rank(rank, n):
+def f_monitored_barrier_names_missing_rank(rank, n, done_dir):
     import shoal.torch
 
     dist.init_process_group("shoal", rank=rank, world_size=n, timeout=timedelta(seconds=20))
-    if rank == 1:
-        time.sleep(5)
+    if rank == 1:  # never calls it; alive until the others are done
+        for r in (0, 2):
+            _wait_for_file(os.path.join(done_dir, str(r)), 10)
         return None
     try:
         shoal.torch.monitored_barrier(timeout=timedelta(seconds=1), wait_all_ranks=True)
     except RuntimeError as e:
         return str(e)
+    finally:
+        open(os.path.join(done_dir, str(rank)), "w").close()
     return None
 
 
-def test_monitored_barrier_reports_missing_rank():
-    res = spawn(f_monitored_barrier_names_missing_rank, 3, timeout=60)
+def test_monitored_barrier_reports_missing_rank(tmp_path):
+    res = spawn(f_monitored_barrier_names_missing_rank, 3, str(tmp_path), timeout=60)
     assert "Ranks 1 failed to pass monitoredBarrier" in res[0], res[0]  # gloo's words
 
 

@@ -261,7 +261,7 @@ if __name__ != "__main__":
         e["PATH"] = os.path.dirname(sys.executable) + os.pathsep + e.get("PATH", "")
         return e
 
-    def _stop_host(hosts, i, grace=10.0):
+    def _stop_host(hosts, i, grace=3.0):
         """SIGTERM every process in fake host i's network namespace (its Ray node and workers),
         then SIGKILL what is left after `grace` s. Scoped to the fake host, unlike `ray stop`."""
         def pids():
