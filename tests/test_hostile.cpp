@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "store_frames.h"
 
 using namespace shoal;
 using namespace shoal_test;
@@ -290,29 +291,9 @@ bool closed_within(int fd, int ms) {
   }
 }
 
-void put32(std::vector<uint8_t>& b, uint32_t v) {
-  for (int i = 0; i < 4; ++i) b.push_back(uint8_t(v >> (8 * i)));
-}
-std::vector<uint8_t> cat(std::vector<uint8_t> a, const std::vector<uint8_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-// A store frame: u32 length | u8 cmd | u32 id | body.
-std::vector<uint8_t> store_frame(uint8_t cmd, const std::vector<uint8_t>& body) {
-  std::vector<uint8_t> f;
-  put32(f, uint32_t(5 + body.size()));
-  f.push_back(cmd);
-  put32(f, 1);
-  f.insert(f.end(), body.begin(), body.end());
-  return f;
-}
-std::vector<uint8_t> store_hello(uint32_t magic) {
-  std::vector<uint8_t> body;
-  put32(body, magic);
-  put32(body, 2);  // protocol version
-  put32(body, 0);  // no token (the test's store has none)
-  return store_frame(0, body);
-}
+namespace sf = shoal_test::store_frames;
+using sf::cat;
+using sf::put32;
 std::vector<uint8_t> junk(size_t n, uint64_t seed) {
   std::vector<uint8_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = uint8_t(mix64(seed + i));
@@ -390,7 +371,7 @@ void sample_rank0_rss() {
 
 void attack_store(int round) {
   const int port = g_sh->store_port.load();
-  const auto hello = store_hello(0x54534853);
+  const auto hello = sf::hello();
   std::vector<uint8_t> huge{0xff, 0xff, 0xff, 0xff, 0, 1, 0, 0, 0};
   std::vector<uint8_t> get_body;  // malformed GET: timeout but no key
   put32(get_body, 1000);
@@ -410,12 +391,12 @@ void attack_store(int round) {
   // Probes the server must drop promptly.
   const std::vector<std::vector<uint8_t>> drop_probes = {
       not_hello,                                        // a frame that is not a HELLO
-      store_frame(1, set_body),                         // a SET before any HELLO
-      store_hello(0xdeadbeef),                          // a HELLO with a bad magic
+      sf::frame(1, set_body),                         // a SET before any HELLO
+      sf::hello(0xdeadbeef),                          // a HELLO with a bad magic
       huge,                                             // a length over the 64 MiB limit
       {2, 0, 0, 0, 0, 0},                               // a frame too short to be one
-      cat(hello, store_frame(99, {1, 2, 3})),           // HELLO, then an unknown command
-      cat(hello, store_frame(2, get_body)),             // HELLO, then a malformed GET
+      cat(hello, sf::frame(99, {1, 2, 3})),           // HELLO, then an unknown command
+      cat(hello, sf::frame(2, get_body)),             // HELLO, then a malformed GET
       cat(hello, huge),                                 // HELLO, then a length over the limit
       big_junk,                                         // 64 KiB of garbage in one frame
   };
@@ -460,7 +441,7 @@ void attack_store(int round) {
     ::close(fd);
   }
   // Slowloris: trickle a frame a byte at a time on one of the held connections.
-  const auto trickle = cat(hello, store_frame(4, {3, 0, 0, 0, 'k', 'e', 'y'}));
+  const auto trickle = cat(hello, sf::frame(4, {3, 0, 0, 0, 'k', 'e', 'y'}));
   int slow = dial(port);
   if (slow >= 0) {
     for (size_t i = 0; i + 1 < trickle.size() && g_sh->phase.load() < 3; ++i) {

@@ -19,6 +19,7 @@
 
 #include "shoal/error.h"
 #include "shoal/store.h"
+#include "store_frames.h"
 
 using namespace std::chrono_literals;
 using shoal::Bytes;
@@ -529,22 +530,16 @@ TEST(TcpStore, StalledConnectionsAreDropped) {
   shoal::TcpStore idle_client("127.0.0.1", s.port(), false, 2000ms);
   idle_client.set_string("k", "v");
 
-  // HELLO: length 17, command 0, request id 1, magic "SHST", version 2, empty token
-  // (src/store/tcp_store.cpp).
-  const std::vector<uint8_t> hello = {17, 0, 0, 0, 0, 1, 0, 0, 0, 0x53, 0x48, 0x53, 0x54, 2, 0, 0, 0, 0, 0, 0, 0};
+  const std::vector<uint8_t> hello = shoal_test::store_frames::hello();
   auto send_bytes = [](int fd, const std::vector<uint8_t>& b) {
     ASSERT_EQ(send(fd, b.data(), b.size(), MSG_NOSIGNAL), (ssize_t)b.size());
-  };
-  auto with = [&](std::vector<uint8_t> a, const std::vector<uint8_t>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
   };
   const auto t0 = Clock::now();
   int silent = raw_connect(s.port());
   int half_hello = raw_connect(s.port());
-  send_bytes(half_hello, {17, 0, 0, 0, 0});
+  send_bytes(half_hello, std::vector<uint8_t>(hello.begin(), hello.begin() + 5));  // its length and command
   int half_frame = raw_connect(s.port());
-  send_bytes(half_frame, with(hello, {20, 0, 0, 0, 1}));  // HELLO, then 5 bytes of a 24-byte SET
+  send_bytes(half_frame, shoal_test::store_frames::cat(hello, {20, 0, 0, 0, 1}));  // HELLO, then 5 bytes of a 24-byte SET
   int hello_only = raw_connect(s.port());
   send_bytes(hello_only, hello);
 

@@ -20,15 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "../store_frames.h"
+
 namespace shoal::detail {
 std::shared_ptr<void> start_store_server(const std::string& bind_host, uint16_t port, uint16_t* bound_port);
 }
 
 namespace {
-
-void put32(std::vector<uint8_t>& b, uint32_t v) {
-  for (int i = 0; i < 4; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
 
 // Writes all of [p, p + n) while draining the answers (so that neither side blocks on a full
 // buffer), then half-closes and drains until the server closes.
@@ -93,14 +91,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> stream;
-  if (size > 0 && (data[0] & 1)) {  // HELLO, id 1, magic "SHST", version 2, empty token
-    put32(stream, 1 + 4 + 4 + 4 + 4);
-    stream.push_back(0);
-    put32(stream, 1);
-    put32(stream, 0x54534853);
-    put32(stream, 2);
-    put32(stream, 0);
-  }
+  if (size > 0 && (data[0] & 1)) stream = shoal_test::store_frames::hello();  // a valid HELLO first
   if (size > 0) stream.insert(stream.end(), data + 1, data + size);
 
   // Every input's server listens on the port of the first one (SO_REUSEADDR lets it bind there
