@@ -56,6 +56,10 @@ class Communicator {
   // Collective: every rank of the group constructs its communicator with the same store and
   // group name. Throws on rendezvous failure or timeout.
   Communicator(std::shared_ptr<Store> store, int rank, int size, Options opts = Options::from_env({}));
+  // Not collective. A rank may destroy its communicator as soon as its own ops have completed,
+  // while peers are still finishing those same ops: they complete normally. Peers that wait for
+  // something this rank never sent fail with PeerError ("the communicator was destroyed"); ops
+  // of this rank still pending fail with Error.
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
