@@ -131,6 +131,32 @@ def test_destroy_and_init_again():
     assert spawn(f_reinit, 2) == ["ok", "ok"]
 
 
+def f_destroy_right_after_an_op(rank, n, rounds, store_dir):
+    import shoal  # noqa: F401
+
+    for it in range(rounds):
+        # A store per round: with env:// rank 0's TCPStore server of round k goes away when rank 0
+        # destroys its group, and a slower rank could still reach it there for round k+1 (with
+        # any backend); that is not what this test is about.
+        init = f"file://{os.path.join(store_dir, str(it))}"
+        dist.init_process_group("shoal", init_method=init, rank=rank, world_size=n)
+        # 4 MiB: the chunked shared-memory allreduce; a rank may leave while its peers still
+        # copy out its last chunk.
+        t = torch.full((1 << 20,), float(rank + it))
+        dist.all_reduce(t)
+        want = float(sum(range(n)) + n * it)
+        assert torch.all(t == want), (it, t[:4], want)
+        dist.destroy_process_group()  # at once: peers may still be finishing the all_reduce
+    return "ok"
+
+
+def test_destroy_right_after_an_op(tmp_path):
+    """8 ranks (more than this machine's cores), each destroying its group the moment its
+    all_reduce returns: no peer's all_reduce fails for it (tests/test_failure.cpp,
+    LeaveRightAfterOp, does the same in C++ over every op)."""
+    assert spawn(f_destroy_right_after_an_op, 8, 5, str(tmp_path), timeout=120) == ["ok"] * 8
+
+
 def f_mixed_backends(rank, n):
     import shoal  # noqa: F401
 
