@@ -394,15 +394,15 @@ void attack_store(int round) {
 
   // Probes the server must drop promptly.
   const std::vector<std::vector<uint8_t>> drop_probes = {
-      not_hello,                                        // a frame that is not a HELLO
-      sf::frame(1, set_body),                         // a SET before any HELLO
-      sf::hello(0xdeadbeef),                          // a HELLO with a bad magic
-      huge,                                             // a length over the 64 MiB limit
-      {2, 0, 0, 0, 0, 0},                               // a frame too short to be one
-      cat(hello, sf::frame(99, {1, 2, 3})),           // HELLO, then an unknown command
-      cat(hello, sf::frame(2, get_body)),             // HELLO, then a malformed GET
-      cat(hello, huge),                                 // HELLO, then a length over the limit
-      big_junk,                                         // 64 KiB of garbage in one frame
+      not_hello,                                 // a frame that is not a HELLO
+      sf::frame(sf::kSet, set_body),             // a SET before any HELLO
+      sf::hello(0xdeadbeef),                     // a HELLO with a bad magic
+      huge,                                      // a length over the 64 MiB limit
+      {2, 0, 0, 0, 0, 0},                        // a frame too short to be one
+      cat(hello, sf::frame(99, {1, 2, 3})),      // HELLO, then an unknown command
+      cat(hello, sf::frame(sf::kGet, get_body)), // HELLO, then a malformed GET
+      cat(hello, huge),                          // HELLO, then a length over the limit
+      big_junk,                                  // 64 KiB of garbage in one frame
   };
   // Held open through the round: silent, truncated, slowloris, 64 MiB announced but not sent.
   std::vector<uint8_t> claim{0x00, 0x00, 0x00, 0x04, 2, 1, 0, 0, 0};  // length 0x04000000: 64 MiB, the limit
@@ -445,7 +445,7 @@ void attack_store(int round) {
     ::close(fd);
   }
   // Slowloris: trickle a frame a byte at a time on one of the held connections.
-  const auto trickle = cat(hello, sf::frame(4, {3, 0, 0, 0, 'k', 'e', 'y'}));
+  const auto trickle = cat(hello, sf::frame(sf::kCheck, {3, 0, 0, 0, 'k', 'e', 'y'}));
   int slow = dial(port);
   if (slow >= 0) {
     for (size_t i = 0; i + 1 < trickle.size() && g_sh->phase.load() < 3; ++i) {

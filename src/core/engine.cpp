@@ -232,9 +232,14 @@ void Engine::wait_loop(std::vector<int> waiting_for, bool (*done)(void*), void* 
     if (now >= deadline_) fail_timeout(waiting_for);
     if (now - last_check_ >= kPeerCheckEvery) {
       last_check_ = now;
-      for (int r : waiting_for) {
-        std::string why = gone_reason(r);
-        if (why.empty()) continue;
+      int gone = -1;
+      std::string why;
+      for (int r : waiting_for)
+        if (!(why = gone_reason(r)).empty()) {
+          gone = r;
+          break;
+        }
+      if (gone >= 0) {
         // What the peer wrote before it left is visible now (its state store is a release and
         // our load an acquire; an exited process wrote everything it ever will). A peer that
         // finished its part of the op and left at once, between our last look and this one, is
@@ -242,10 +247,11 @@ void Engine::wait_loop(std::vector<int> waiting_for, bool (*done)(void*), void* 
         poll();
         if (done(arg)) return;
         if (refresh) refresh(arg, waiting_for);
-        if (std::find(waiting_for.begin(), waiting_for.end(), r) == waiting_for.end()) break;  // (the loop ends either way: refresh may have changed the list)
-        abort(why);
-        close_links();
-        throw PeerError(why);
+        if (std::find(waiting_for.begin(), waiting_for.end(), gone) != waiting_for.end()) {
+          abort(why);
+          close_links();
+          throw PeerError(why);
+        }
       }
     }
     if (done(arg)) return;
