@@ -4,6 +4,7 @@
 
 #include <ATen/core/ivalue.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -104,6 +105,14 @@ bool overlaps(const at::Tensor& a, const at::Tensor& b) {
 
 size_t elems(const at::Tensor& t, const Move& m) { return static_cast<size_t>(t.numel()) * m.scale; }
 
+// OpType::REDUCE_SCATTER_TENSOR_COALESCED is newer than some torch builds (2.11 has none), which
+// a GPU machine may have: COALESCED there.
+template <class T = c10d::OpType>
+constexpr T reduce_scatter_tensor_coalesced_type() {
+  if constexpr (requires { T::REDUCE_SCATTER_TENSOR_COALESCED; }) return T::REDUCE_SCATTER_TENSOR_COALESCED;
+  else return T::COALESCED;
+}
+
 }  // namespace
 
 // ---- staging ----
@@ -136,10 +145,22 @@ struct Builder {
   // A tensor shoal writes (and reads first when `copy_in`): copied back into `t` on success.
   at::Tensor out(const at::Tensor& t, bool copy_in = false) {
     if (direct(t)) return keep(t);
+    after_current_stream(t);
     at::Tensor b = host_like(t);
     if (copy_in) b.copy_(t);
     then([t, b]() mutable { t.copy_(b); });
     return keep(b);
+  }
+  // A result on an accelerator is copied back when the op completes, on another thread and stream.
+  // Work the caller queued on its current stream before the op, which may still read or write
+  // `t` (a kernel filling it, another reading it), must be done first: as a GPU backend's op is
+  // ordered after the current stream. Waits for that stream once per device and op. (A staged
+  // input needs no wait: its copy to the host is made on that stream, which the copy waits for.)
+  void after_current_stream(const at::Tensor& t) {
+    const c10::Device d = t.device();
+    if (d.is_cpu() || std::find(synced_.begin(), synced_.end(), d) != synced_.end()) return;
+    c10::impl::VirtualGuardImpl(d.type()).getStream(d).synchronize();
+    synced_.push_back(d);
   }
   // A flat contiguous host buffer of `n` elements of `like`'s dtype.
   at::Tensor scratch(int64_t n, const at::Tensor& like) {
@@ -149,6 +170,9 @@ struct Builder {
   }
   void then(std::function<void()> f) { plan.finalize.push_back(std::move(f)); }
   void op(OpFn f) { ops.push_back(std::move(f)); }
+
+ private:
+  std::vector<c10::Device> synced_;
 };
 
 namespace {
@@ -163,6 +187,7 @@ void pack(at::Tensor& flat, const std::vector<at::Tensor>& ts) {
 }
 // Registers the copy of consecutive blocks of `flat` into `ts` when the op has completed.
 void unpack_later(Builder& b, const at::Tensor& flat, const std::vector<at::Tensor>& ts) {
+  for (const auto& t : ts) b.after_current_stream(t);
   b.then([flat, ts]() mutable {
     int64_t off = 0;
     for (auto& t : ts) {
@@ -722,8 +747,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::reduce_scatter_tensor_coalesced(std
   Builder b;
   for (size_t i = 0; i < inputs.size(); ++i)
     add_reduce_scatter_base(b, outputs[i], inputs[i], opts.reduceOp, size_, "reduce_scatter_tensor_coalesced");
-  return launch(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, "shoal:reduce_scatter_tensor_coalesced", inputs, outputs,
-                b);
+  return launch(reduce_scatter_tensor_coalesced_type(), "shoal:reduce_scatter_tensor_coalesced", inputs, outputs, b);
 }
 
 namespace {
