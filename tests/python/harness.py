@@ -8,10 +8,15 @@ of results, or raises with every failing rank's traceback. Functions must be imp
 is kept for many tests; tests that kill ranks or re-initialise start their own with `spawn`.
 
 Processes are started, and their answers collected, by the package's launcher (`shoal._launch`).
+
+``SHOAL_TEST_DEVICE=cuda`` runs every `group.run` with torch's default device set to the rank's
+GPU, so that the tensors the test functions make are CUDA tensors: scripts/cuda_check.sh runs the
+pooled suites again that way on a GPU machine. Unset (CI): the CPU.
 """
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 from shoal._launch import Ranks, RankFailure, answer, free_port, launch
@@ -19,6 +24,27 @@ from shoal._launch import Ranks, RankFailure, answer, free_port, launch
 __all__ = ["DEFAULT_TIMEOUT", "Group", "RankFailure", "free_port", "spawn"]
 
 DEFAULT_TIMEOUT = 120.0  # seconds a test case may take on every rank
+TEST_DEVICE = os.environ.get("SHOAL_TEST_DEVICE", "cpu")
+
+
+def _on_device(rank: int, world_size: int, device_type: str, fn, *args):
+    """fn(rank, world_size, *args) with torch's default device set to this rank's device of
+    `device_type` (ranks share the GPUs there are, round robin)."""
+    import torch
+
+    if device_type == "cpu":
+        return fn(rank, world_size, *args)
+    mod = getattr(torch, device_type)
+    if not mod.is_available():
+        raise RuntimeError(f"SHOAL_TEST_DEVICE={device_type}, but torch sees no {device_type} device")
+    dev = torch.device(device_type, rank % mod.device_count())
+    mod.set_device(dev)
+    before = torch.get_default_device()
+    torch.set_default_device(dev)
+    try:
+        return fn(rank, world_size, *args)
+    finally:
+        torch.set_default_device(before)
 
 
 def _init(rank: int, world_size: int, pg_timeout: float) -> None:
@@ -72,7 +98,7 @@ class Group:
     def run(self, fn, *args, timeout: float = DEFAULT_TIMEOUT):
         if self.broken:
             raise RankFailure("the group is broken by an earlier failure")
-        self.ranks.send((fn, args))
+        self.ranks.send((_on_device, (TEST_DEVICE, fn, *args)))
         return self.ranks.collect(timeout, fn.__name__)
 
     def close(self):

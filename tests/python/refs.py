@@ -45,15 +45,20 @@ def supported(dtype, op: str) -> bool:
 
 
 def data(rank: int, shape, dtype, seed: int = 0) -> torch.Tensor:
-    """Small values, so that sums and products of up to 4 ranks are exact in every dtype."""
+    """Small values, so that sums and products of up to 4 ranks are exact in every dtype. Drawn on
+    the CPU (the same values on every device), returned on torch's default device: the CUDA run of
+    these tests (SHOAL_TEST_DEVICE=cuda, harness.py) makes that a GPU."""
     g = torch.Generator().manual_seed(seed * 1009 + rank * 7919 + 1)
+    randint = functools.partial(torch.randint, size=shape, generator=g, device="cpu")
     if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=g).bool()
-    if dtype.is_complex:
-        return torch.complex(torch.randint(-3, 4, shape, generator=g).float(), torch.randint(-3, 4, shape, generator=g).float()).to(dtype)
-    if dtype in FLOATS or dtype.is_floating_point:
-        return torch.randint(1, 4, shape, generator=g).to(torch.float32).to(dtype)
-    return torch.randint(0, 4, shape, generator=g).to(dtype)
+        t = randint(0, 2).bool()
+    elif dtype.is_complex:
+        t = torch.complex(randint(-3, 4).float(), randint(-3, 4).float()).to(dtype)
+    elif dtype in FLOATS or dtype.is_floating_point:
+        t = randint(1, 4).to(torch.float32).to(dtype)
+    else:
+        t = randint(0, 4).to(dtype)
+    return t.to(torch.get_default_device())
 
 
 def reduce_ref(tensors, op: str, dtype) -> torch.Tensor:

@@ -20,8 +20,10 @@ def make_model(seed=0):
 
 
 def batch(rank, step, per_rank=8):
+    """Drawn on the CPU, returned on torch's default device (a GPU in the CUDA run of these tests)."""
     g = torch.Generator().manual_seed(1000 * step + rank)
-    return torch.randn(per_rank, 16, generator=g), torch.randn(per_rank, 4, generator=g)
+    xy = torch.randn(per_rank, 16, generator=g, device="cpu"), torch.randn(per_rank, 4, generator=g, device="cpu")
+    return tuple(t.to(torch.get_default_device()) for t in xy)
 
 
 def reference(n, steps, lr=0.05):
@@ -80,7 +82,7 @@ def w_fsdp2(rank, n, steps=3):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    mesh = init_device_mesh("cpu", (n,))
+    mesh = init_device_mesh(torch.get_default_device().type, (n,))
     model = make_model()
     for layer in model:
         if isinstance(layer, nn.Linear):

@@ -333,28 +333,3 @@ def test_torchrun(tmp_path):
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("TORCHRUN-OK") == 3, p.stdout + p.stderr
-
-
-# ---------------------------------------------------------------- CUDA (staged through host memory)
-
-
-def f_cuda(rank, n):
-    import shoal  # noqa: F401
-
-    dist.init_process_group("shoal", rank=rank, world_size=n)
-    dev = torch.device("cuda", rank % torch.cuda.device_count())
-    torch.cuda.set_device(dev)
-    t = torch.full((1 << 16,), float(rank + 1), device=dev)
-    dist.all_reduce(t)
-    assert torch.all(t == n * (n + 1) / 2).item()
-    outs = [torch.empty(4, device=dev) for _ in range(n)]
-    dist.all_gather(outs, torch.full((4,), float(rank), device=dev))
-    assert all(torch.all(outs[r] == r).item() for r in range(n))
-    fut = dist.all_reduce(torch.ones(8, device=dev), async_op=True).get_future()
-    assert fut.wait()[0].device == dev
-    dist.destroy_process_group()
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_tensors():
-    spawn(f_cuda, 2)
