@@ -265,8 +265,7 @@ std::string Engine::gone_reason(int r) const {
   if (r == rank || r < 0 || r >= size || !peer_ctl_[r]) return "";
   const ShmControl* c = peer_ctl_[r];
   if (c->state.load(std::memory_order_acquire) != 0)
-    return std::string(what_) + " on group '" + group + "': rank " + std::to_string(r) +
-           " aborted: " + std::string(c->reason, strnlen(c->reason, sizeof c->reason));
+    return std::string(what_) + " on group '" + group + "': " + c->aborted_message(r);
   pollfd p{pidfds_[r], POLLIN, 0};
   if (pidfds_[r] >= 0 && ::poll(&p, 1, 0) > 0)
     return std::string(what_) + " on group '" + group + "': rank " + std::to_string(r) + " (pid " +

@@ -1,6 +1,5 @@
 #include "transport/shm_group_impl.h"
 
-#include <cstring>
 #include <string>
 
 namespace shoal {
@@ -34,8 +33,7 @@ void ShmGroupImpl::barrier() {
   // the group: its arrival must not let this rank complete the op as if nothing happened.
   for (int r : others_)
     if (ctl_[r]->state.load(std::memory_order_acquire) == 1) 
-      engine_.fail_peer(r, std::string("rank ") + std::to_string(r) + " aborted: " +
-                               std::string(ctl_[r]->reason, strnlen(ctl_[r]->reason, sizeof ctl_[r]->reason)));
+      engine_.fail_peer(r, ctl_[r]->aborted_message(r));
 }
 
 }  // namespace shoal

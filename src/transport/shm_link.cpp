@@ -50,8 +50,7 @@ void ShmLink::post(Request* r) {
 
 void ShmLink::check_peer(const Request* r) const {
   if (peer_ctl_->state.load(std::memory_order_acquire) != 0)
-    throw PeerError(std::string(r->what) + ": rank " + std::to_string(peer_) + " aborted: " +
-                    std::string(peer_ctl_->reason, strnlen(peer_ctl_->reason, sizeof peer_ctl_->reason)));
+    throw PeerError(std::string(r->what) + ": " + peer_ctl_->aborted_message(peer_));
 }
 
 void ShmLink::check_peer_stalled(const Request* r, uint64_t avail) const {

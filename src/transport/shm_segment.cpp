@@ -28,6 +28,10 @@ size_t total_bytes(int size, size_t ring_bytes, size_t scratch_bytes) {
 std::string errno_text() { return std::strerror(errno); }
 }  // namespace
 
+std::string ShmControl::aborted_message(int owner) const {
+  return "rank " + std::to_string(owner) + " aborted: " + std::string(reason, strnlen(reason, sizeof reason));
+}
+
 std::string ShmSegment::make_name(int pid, const std::string& group_id, int rank) {
   return "/shoal-" + std::to_string(pid) + "-" + group_id + "-" + std::to_string(rank);
 }

@@ -23,6 +23,10 @@ struct alignas(64) ShmControl {
   alignas(64) std::atomic<uint32_t> state;     // 0 alive, 1 aborted (reason below)
   char reason[256];
   alignas(64) std::atomic<uint64_t> barrier_seq;  // ShmGroup barrier arrivals of the owner
+
+  // "rank <owner> aborted: <reason>": what a peer that finds this block's state non-zero reports.
+  // Call after that load (an acquire): the owner wrote the reason before its state (a release).
+  std::string aborted_message(int owner) const;
 };
 
 struct alignas(64) ShmRing {  // single producer (the peer), single consumer (the owner)
