@@ -173,7 +173,7 @@ def w_ddp_device_ids(rank, n):
         torch.testing.assert_close(p.detach().cpu(), q, rtol=1e-4, atol=1e-5)
 
 
-def f_init_forms(rank, n):
+def f_init_forms(rank, n, store_file):
     """device_id= (eager init) and a backend per device: CPU tensors on gloo, CUDA ones on shoal."""
     import shoal.torch
 
@@ -184,7 +184,7 @@ def f_init_forms(rank, n):
     assert torch.all(t == tri(n)).item()
     dist.destroy_process_group()
 
-    dist.init_process_group("cpu:gloo,cuda:shoal", rank=rank, world_size=n, init_method=f"file://{_store_file(n)}")
+    dist.init_process_group("cpu:gloo,cuda:shoal", rank=rank, world_size=n, init_method=f"file://{store_file}")
     pg = dist.distributed_c10d._get_default_group()
     assert isinstance(pg._get_backend(torch.device("cuda")), shoal.torch.BackendShoal)
     assert not shoal.torch.is_shoal_group(pg)  # its CPU backend is gloo
@@ -193,12 +193,6 @@ def f_init_forms(rank, n):
         dist.all_reduce(t)
         assert torch.all(t == tri(n)).item(), device
     dist.destroy_process_group()
-
-
-def _store_file(n):
-    import os
-
-    return os.path.join(os.environ["SHOAL_TEST_TMP"], f"store-{n}")
 
 
 # ---------------------------------------------------------------- tests
@@ -229,6 +223,5 @@ def test_ddp_device_ids(group):
 
 
 @pytest.mark.parametrize("n", [2, 3])
-def test_init_forms(n, tmp_path, monkeypatch):
-    monkeypatch.setenv("SHOAL_TEST_TMP", str(tmp_path))
-    spawn(f_init_forms, n)
+def test_init_forms(n, tmp_path):
+    spawn(f_init_forms, n, str(tmp_path / "store"))
