@@ -76,9 +76,13 @@ class Engine {
  private:
   // `waiting_for` names the peers whose death or abort fails the wait (and the timeout's
   // message); `refresh`, if given, recomputes it before each look at the peers, so that a peer
-  // whose requests have all completed may exit without failing the wait.
+  // whose requests have all completed may exit without failing the wait. `may_yield` false skips
+  // the yield phase: after polling the waiter sleeps at once (see one_way_bulk in engine.cpp).
   void wait_loop(std::vector<int> waiting_for, bool (*done)(void*), void* arg,
-                 void (*refresh)(void*, std::vector<int>&) = nullptr);
+                 void (*refresh)(void*, std::vector<int>&) = nullptr, bool may_yield = true);
+  // Whether the incomplete requests among reqs[0, n) all go one way over TCP and still have at
+  // least kBulkBytes to move (engine.cpp says why such a wait does not yield).
+  bool one_way_bulk(Request* const* reqs, size_t n) const;
   // Sleeps until news may have arrived, at most `max`: a peer rang the doorbell, a socket became
   // ready, wake() was called, or time passed. Returns at once if done() already holds.
   void sleep(std::chrono::microseconds max, bool (*done)(void*), void* arg);
