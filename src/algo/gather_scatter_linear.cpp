@@ -20,6 +20,7 @@ void gather_linear(Ctx& c, const void* in, void* out, size_t count, int root) {
   std::vector<Request*> reqs;
   for (int j = 0; j < c.size; ++j)
     if (j != root) reqs.push_back(c.irecv(j, u8(out) + static_cast<size_t>(j) * bs, bs));
+  c.start();
   copy_bytes(u8(out) + static_cast<size_t>(root) * bs, in, bs);
   c.wait(reqs);
 }
@@ -33,6 +34,7 @@ void scatter_linear(Ctx& c, const void* in, void* out, size_t count, int root) {
   std::vector<Request*> reqs;
   for (int j = 0; j < c.size; ++j)
     if (j != root) reqs.push_back(c.isend(j, u8(in) + static_cast<size_t>(j) * bs, bs));
+  c.start();
   copy_bytes(out, u8(in) + static_cast<size_t>(root) * bs, bs);
   c.wait(reqs);
 }

@@ -86,6 +86,8 @@ Request* Ctx::irecv(int peer, void* buf, size_t bytes) {
   return &reqs_.back();
 }
 
+void Ctx::start() { engine_.poll(); }
+
 void Ctx::wait(std::initializer_list<Request*> reqs) { engine_.wait(reqs.begin(), reqs.size()); }
 void Ctx::wait(const std::vector<Request*>& reqs) { engine_.wait(reqs.data(), reqs.size()); }
 

@@ -67,6 +67,10 @@ class Ctx {
   void wait(std::initializer_list<Request*> reqs);
   void wait(const std::vector<Request*>& reqs);
   void wait_all();  // every request this op posted
+  // Moves what the links take now, without waiting (one progress pass). Call it between posting
+  // and local work (copying this rank's own block) so the bytes flow, and the peers work, while
+  // this rank copies: a posted request otherwise moves only in wait(). Throws PeerError.
+  void start();
 
   void send(int peer, const void* buf, size_t bytes) { wait({isend(peer, buf, bytes)}); }
   void recv(int peer, void* buf, size_t bytes) { wait({irecv(peer, buf, bytes)}); }
