@@ -6,7 +6,11 @@
 // Step k (1..p-1) sends to rank+k and receives from rank-k, so at every step each rank has
 // exactly one inbound and one outbound message: no rank is flooded by p-1 senders at once (a
 // naive all-at-once exchange makes every receiver's link the bottleneck and its buffers balloon).
-// A few steps overlap (each to a different peer) to hide latency. The block to self is copied
+// A few steps overlap (each to a different peer) to hide latency, but a step with a block of at
+// least kAlltoallBulkBlock waits for the steps before it and runs alone: 4 ranks on 2 cores over
+// TCP, window 1 against 4 for every step (scripts/bench_ab.sh, 2 rounds, gloo/shoal): 4 MiB
+// 1.36-1.42 -> 1.49-1.52, 16 MiB 0.92-1.10 -> 1.19-1.22, 64 MiB 0.83-0.96 -> 0.99-1.05; below
+// 1 MiB blocks the window won (4 KiB over shm: 55 against 69-72 µs). The block to self is copied
 // locally. in == out (same sizes) works: the input is staged in scratch first.
 #include "algo/common.h"
 
@@ -28,7 +32,8 @@ void alltoallv_pairwise(Ctx& c, const void* in, const std::vector<size_t>& send_
   size_t head = 0;
   for (int k = 1; k < p; ++k) {
     const int to = mod(r + k, p), from = mod(r - k, p);
-    if (static_cast<int>(inflight.size() - head) >= kAlltoallWindow) c.wait(inflight[head++]);
+    const int window = std::max(sb.len[to], rb.len[from]) >= kAlltoallBulkBlock ? 1 : kAlltoallWindow;
+    while (static_cast<int>(inflight.size() - head) >= window) c.wait(inflight[head++]);
     inflight.push_back({c.isend(to, src + sb.off[to], sb.len[to]), c.irecv(from, u8(out) + rb.off[from], rb.len[from])});
   }
   for (; head < inflight.size(); ++head) c.wait(inflight[head]);

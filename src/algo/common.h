@@ -28,8 +28,12 @@ namespace shoal::algo {
 inline constexpr size_t kChunkBytes = size_t(512) << 10;
 // Receives posted ahead of the one being reduced when they land in scratch slots.
 inline constexpr int kRecvWindow = 4;
-// alltoallv: pairwise steps in flight at once (each to a different peer, so still no flooding).
+// alltoallv: pairwise steps in flight at once (each to a different peer, so still no flooding),
+// while a step's blocks are smaller than kAlltoallBulkBlock; a step with a block that large runs
+// alone (window 1): there the overlap hides no latency worth having, and several large exchanges
+// at once cost more than they hide when ranks share cores (measured: alltoallv_pairwise.cpp).
 inline constexpr int kAlltoallWindow = 4;
+inline constexpr size_t kAlltoallBulkBlock = size_t(1) << 20;
 
 inline uint8_t* u8(void* p) { return static_cast<uint8_t*>(p); }
 inline const uint8_t* u8(const void* p) { return static_cast<const uint8_t*>(p); }
