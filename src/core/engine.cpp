@@ -220,6 +220,7 @@ void Engine::wait(Request* const* reqs, size_t n) {
 // yield phase; exchanges (allreduce, allgather, all-to-all) ran 5-10% slower without it, so they
 // keep it.
 bool Engine::one_way_bulk(Request* const* reqs, size_t n) const {
+  if (!any_tcp_) return false;  // all shm: no walk over the requests
   size_t left = 0;
   int dir = -1;
   for (size_t i = 0; i < n; ++i) {
