@@ -455,17 +455,34 @@ void death_test(const std::string& dir, bool sender_dies, std::vector<int>& code
     int peer = 1 - rank;
     Request r = make_req(rank == 0 ? Request::Dir::send : Request::Dir::recv, peer, buf.data(), kBytes, 9, "broadcast");
     net.links[peer]->post(&r);
-    if (rank == dying) {
+    // Moves data until `until` holds (10 s at most).
+    auto progress_until = [&](auto until) {
       auto deadline = Clock::now() + 10s;
-      while (r.done < (1u << 20) && Clock::now() < deadline) {
+      while (!until() && Clock::now() < deadline) {
         if (!net.links[peer]->progress()) {
           epoll_event ev[4];
           ::epoll_wait(net.epfd, ev, 4, 1);
         }
       }
+    };
+    if (rank == dying) {
+      if (sender_dies) {
+        // Dies once the receiver has paused: with the receiver not reading, the socket buffers
+        // (a few MiB) cannot take the rest of the message, so the sender dies mid-transfer.
+        progress_until([&] { return r.complete || store.check("paused"); });
+      } else {
+        progress_until([&] { return r.done >= (1u << 20); });
+      }
       if (r.complete) return 5;
       store.set_string("died", std::to_string(now_ns()));
       ::_exit(0);  // no close(), no destructors: like a crash
+    }
+    if (sender_dies) {
+      // Receive some of it, then stop reading until the sender has died. (Reading on, a fast
+      // receiver let the sender finish the whole message before it could die.)
+      progress_until([&] { return r.done >= (1u << 20); });
+      store.set_string("paused", "1");
+      store.get("died", 10s);
     }
     std::string what;
     try {
@@ -609,8 +626,8 @@ TEST_F(TcpLinkTest, TimeoutNamesMissingPeers) {
     FAIL() << "expected Timeout";
   } catch (const shoal::Timeout& e) {
     std::string w = e.what();
-    EXPECT_NE(w.find("rank 1 (0/2 streams)"), std::string::npos) << w;
-    EXPECT_NE(w.find("rank 3 (0/2 streams)"), std::string::npos) << w;
+    EXPECT_NE(w.find("rank 1 (0/3 connections)"), std::string::npos) << w;
+    EXPECT_NE(w.find("rank 3 (0/3 connections)"), std::string::npos) << w;
     EXPECT_EQ(w.find("rank 2"), std::string::npos) << w;
   }
   EXPECT_LT(Clock::now() - t0, 2s);
@@ -637,6 +654,147 @@ TEST_F(TcpLinkTest, InvalidConfig) {
   EXPECT_THROW(make_net(store, 0, 2, 0), shoal::InvalidArgument);
   EXPECT_THROW(make_net(store, 0, 2, 1, {true}), shoal::InvalidArgument);
   EXPECT_THROW(make_net(store, 2, 2, 1, {false, false}), shoal::InvalidArgument);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flow control (tcp_link.h): a sender gets at most kTcpWindow messages ahead of what its receiver
+// has consumed, is released as the receiver's reports arrive (an epoll wake-up, not a poll), and
+// fails promptly if the receiver leaves while it is held.
+
+// Two ranks' nets in this process (threads), `streams` data streams each.
+std::pair<Net, Net> net_pair(TestDirStore& store, int streams) {
+  Net n0, n1;
+  std::thread t([&] { n1 = make_net(store, 1, 2, streams); });
+  n0 = make_net(store, 0, 2, streams);
+  t.join();
+  return {std::move(n0), std::move(n1)};
+}
+
+// Progresses `net` for `d`, whatever completes.
+void spin_for(Net& net, std::chrono::milliseconds d) {
+  auto until = Clock::now() + d;
+  while (Clock::now() < until) {
+    bool moved = false;
+    for (auto& l : net.links)
+      if (l) moved |= l->progress();
+    if (!moved) std::this_thread::sleep_for(1ms);
+  }
+}
+
+TEST_F(TcpLinkTest, SenderIsHeldAtTheWindowAndReleasedByReports) {
+  TestDirStore store(dir_);
+  auto [n0, n1] = net_pair(store, 2);
+  constexpr size_t kMsgs = 3 * shoal::kTcpWindow + 5;
+  std::vector<std::vector<uint8_t>> out(kMsgs), in(kMsgs);
+  std::vector<Request> sends(kMsgs), recvs(kMsgs);
+  for (size_t i = 0; i < kMsgs; ++i) {
+    out[i].resize(100 + i);
+    fill(out[i], 0, i);
+    in[i].assign(out[i].size(), 0);
+    sends[i] = make_req(Request::Dir::send, 1, out[i].data(), out[i].size(), 7);
+    recvs[i] = make_req(Request::Dir::recv, 0, in[i].data(), in[i].size(), 7);
+    n0.links[1]->post(&sends[i]);
+  }
+  // Nothing posted on the receiving side: the sender stops at the window, in order.
+  spin_for(n0, 100ms);
+  size_t done = 0;
+  while (done < kMsgs && sends[done].complete) ++done;
+  EXPECT_EQ(done, shoal::kTcpWindow);
+  for (size_t i = done; i < kMsgs; ++i) EXPECT_FALSE(sends[i].complete) << i;
+
+  // The receiver consumes; its reports wake the sender's epoll (strict: no 1 ms polling).
+  for (auto& r : recvs) n1.links[0]->post(&r);
+  std::vector<Request*> rp, sp;
+  for (size_t i = 0; i < kMsgs; ++i) {
+    rp.push_back(&recvs[i]);
+    sp.push_back(&sends[i]);
+  }
+  std::string recv_error;
+  std::thread rt([&] {
+    try {
+      drive(n1, rp, 10s, true);
+    } catch (const std::exception& e) {
+      recv_error = e.what();
+    }
+  });
+  drive(n0, sp, 10s, true);
+  rt.join();
+  ASSERT_EQ(recv_error, "");
+  for (size_t i = 0; i < kMsgs; ++i) ASSERT_EQ(in[i], out[i]) << "message " << i;
+
+  // Both ways at once, many more messages than the window, small and split (> 512 KiB) mixed.
+  constexpr size_t kMixed = 4 * shoal::kTcpWindow;
+  std::vector<std::vector<uint8_t>> bufs[2][2];  // [rank][0 out, 1 in]
+  std::vector<Request> reqs[2][2];
+  for (int r = 0; r < 2; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      bufs[r][k].resize(kMixed);
+      reqs[r][k].resize(kMixed);
+    }
+    for (size_t i = 0; i < kMixed; ++i) {
+      size_t bytes = i % 9 == 4 ? (600u << 10) + i : (i * 37) % 3000;
+      bufs[r][0][i].resize(bytes);
+      fill(bufs[r][0][i], r, 1000 + i);
+      bufs[r][1][i].assign(bytes, 0);
+    }
+  }
+  Net* nets[2] = {&n0, &n1};
+  for (int r = 0; r < 2; ++r) {
+    for (size_t i = 0; i < kMixed; ++i) {
+      reqs[r][0][i] = make_req(Request::Dir::send, 1 - r, bufs[r][0][i].data(), bufs[r][0][i].size(), 8);
+      reqs[r][1][i] = make_req(Request::Dir::recv, 1 - r, bufs[r][1][i].data(), bufs[r][1][i].size(), 8);
+    }
+  }
+  std::string errs[2];
+  auto run = [&](int r) {
+    std::vector<Request*> all;
+    for (size_t i = 0; i < kMixed; ++i) {  // interleaved: sends can run ahead of receives
+      nets[r]->links[1 - r]->post(&reqs[r][0][i]);
+      all.push_back(&reqs[r][0][i]);
+      if (i % 2 == 1) {
+        for (size_t j = i - 1; j <= i; ++j) {
+          nets[r]->links[1 - r]->post(&reqs[r][1][j]);
+          all.push_back(&reqs[r][1][j]);
+        }
+      }
+    }
+    try {
+      drive(*nets[r], all, 20s, true);
+    } catch (const std::exception& e) {
+      errs[r] = e.what();
+    }
+  };
+  std::thread t1(run, 1);
+  run(0);
+  t1.join();
+  ASSERT_EQ(errs[0], "");
+  ASSERT_EQ(errs[1], "");
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < kMixed; ++i) ASSERT_EQ(bufs[r][1][i], bufs[1 - r][0][i]) << "rank " << r << " message " << i;
+}
+
+TEST_F(TcpLinkTest, SenderHeldAtTheWindowFailsWhenTheReceiverLeaves) {
+  TestDirStore store(dir_);
+  auto [n0, n1] = net_pair(store, 1);
+  std::vector<uint8_t> buf(64, 1);
+  std::vector<Request> sends(shoal::kTcpWindow + 1);
+  for (auto& s : sends) {
+    s = make_req(Request::Dir::send, 1, buf.data(), buf.size(), 3, "gather");
+    n0.links[1]->post(&s);
+  }
+  spin_for(n0, 50ms);
+  ASSERT_TRUE(sends[shoal::kTcpWindow - 1].complete);
+  ASSERT_FALSE(sends.back().complete);
+  n1.links[0]->close();  // as when the process dies: its sockets close
+  auto t0 = Clock::now();
+  std::string what;
+  try {
+    drive(n0, {&sends.back()}, 5s, true);
+  } catch (const shoal::PeerError& e) {
+    what = e.what();
+  }
+  EXPECT_LT(Clock::now() - t0, 1s);
+  EXPECT_NE(what.find("gather: rank 1 closed the connection"), std::string::npos) << what;
 }
 
 // Two ranks as threads: close() is idempotent, a closed link fails its posted requests, and the

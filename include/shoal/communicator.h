@@ -77,7 +77,11 @@ class Communicator {
 
   // Point to point. Messages between a pair of ranks are matched in order; the tag must match too.
   // recv from kAnySource takes the first message that arrives with this tag and dtype from any
-  // rank (Work::source() says which).
+  // rank (Work::source() says which). A send completes once its bytes are in the transport's
+  // buffers: a shared-memory ring, or over TCP the kernel's socket buffers, at most 32 messages
+  // (kTcpWindow) ahead of what the receiver has consumed. A program that needs more buffering
+  // than that (many blocking sends before the peer posts its receives) waits: post the receives,
+  // or use the Work of each send later. Gloo's sends always wait for the receiver's post.
   static constexpr int kAnySource = -1;
   WorkPtr send(const void* buf, size_t count, DType dt, int peer, uint64_t tag = 0);
   WorkPtr recv(void* buf, size_t count, DType dt, int peer, uint64_t tag = 0);

@@ -132,7 +132,8 @@ struct StreamState {
 
 class TcpLink final : public Link {
  public:
-  TcpLink(int peer, const std::vector<int>& fds) : peer_(peer), nstreams_(static_cast<int>(fds.size())) {
+  TcpLink(int peer, const std::vector<int>& fds, int control_fd)
+      : peer_(peer), nstreams_(static_cast<int>(fds.size())), ctl_fd_(control_fd) {
     send_.resize(fds.size());
     recv_.resize(fds.size());
     for (size_t i = 0; i < fds.size(); ++i) send_[i].fd = recv_[i].fd = fds[i];
@@ -154,12 +155,16 @@ class TcpLink final : public Link {
     }
     bool moved = false;
     if (!sendq_.empty()) {
-      for (int s = 0; s < nstreams_; ++s) moved |= progress_send(s);
+      uint64_t limit = send_limit();
+      for (int s = 0; s < nstreams_; ++s) moved |= progress_send(s, limit);
       moved |= finish(sendq_);
     }
     if (!recvq_.empty()) {
       for (int s = 0; s < nstreams_; ++s) moved |= progress_recv(s);
-      moved |= finish(recvq_);
+      if (finish(recvq_)) {
+        moved = true;
+        report_consumed();
+      }
     }
     return moved;
   }
@@ -182,6 +187,11 @@ class TcpLink final : public Link {
     }
     for (auto& st : send_) st.fd = -1;
     for (auto& st : recv_) st.fd = -1;
+    if (ctl_fd_ >= 0) {
+      ::shutdown(ctl_fd_, SHUT_RDWR);
+      ::close(ctl_fd_);
+      ctl_fd_ = -1;
+    }
   }
 
   const char* kind() const override { return "tcp"; }
@@ -225,19 +235,91 @@ class TcpLink final : public Link {
     return any;
   }
 
-  bool progress_send(int s) {
+  // ---- Flow control (tcp_link.h) ----
+  // Messages are numbered by their sequence in sendq_ on the sending side and by recvq_'s on the
+  // receiving side: the same count, since both sides match messages in FIFO order.
+
+  // The sequence number below which messages may be sent now: kTcpWindow past the peer's last
+  // report. Reads the reports only once half the window is used, so a receiver that keeps up
+  // costs the sender one recv per kTcpWindow/2 messages.
+  uint64_t send_limit() {
+    if (sendq_.tail <= credited_ + kTcpWindow / 2) return credited_ + kTcpWindow;
+    read_reports();
+    if (sendq_.tail > credited_ + kTcpWindow && ctl_eof_) {
+      // The peer closed its end: it will consume nothing more, so these messages cannot go.
+      fail(format("%s: rank %d closed the connection (process died or aborted) with %" PRIu64
+                  " of this rank's messages not consumed",
+                  sendq_.at(sendq_.head)->what, peer_, sendq_.tail - credited_));
+    }
+    return credited_ + kTcpWindow;
+  }
+
+  // Drains the control connection; the last whole report wins. Never throws for a closed
+  // connection (a peer may leave once it has consumed everything it needed): send_limit decides.
+  void read_reports() {
+    while (!ctl_eof_ && ctl_fd_ >= 0) {
+      uint8_t buf[128];
+      std::memcpy(buf, ctl_in_, ctl_in_len_);
+      ssize_t n = ::recv(ctl_fd_, buf + ctl_in_len_, sizeof buf - ctl_in_len_, MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (n <= 0) {
+        ctl_eof_ = true;
+        return;
+      }
+      size_t have = ctl_in_len_ + static_cast<size_t>(n), whole = have / 8 * 8;
+      for (size_t i = 0; i < whole; i += 8) {
+        uint64_t v = get64(buf + i);
+        // Consumed counts only grow, and only messages this rank has started can be consumed.
+        if (v < credited_ || v > sendq_.tail)
+          fail(format("rank %d sent a corrupt flow-control report (%" PRIu64 " consumed; %" PRIu64
+                      " reported before, %" PRIu64 " sent): not a shoal peer of this version",
+                      peer_, v, credited_, sendq_.tail));
+        credited_ = v;
+      }
+      ctl_in_len_ = have - whole;
+      std::memcpy(ctl_in_, buf + whole, ctl_in_len_);
+    }
+  }
+
+  // Tells the peer how many messages this rank has consumed, once kTcpWindow/2 more have been
+  // since the last report. Best effort: a closed or failing connection is the data streams' to
+  // report. The socket cannot fill: its reader drains it before using half its window, so at most
+  // a few reports are ever unread; a short write is finished on the next call.
+  void report_consumed() {
+    if (ctl_fd_ < 0) return;
+    if (ctl_out_off_ == sizeof ctl_out_) {
+      if (recvq_.head - reported_ < kTcpWindow / 2) return;
+      reported_ = recvq_.head;
+      put64(ctl_out_, reported_);
+      ctl_out_off_ = 0;
+    }
+    while (ctl_out_off_ < sizeof ctl_out_) {
+      ssize_t n = ::send(ctl_fd_, ctl_out_ + ctl_out_off_, sizeof ctl_out_ - ctl_out_off_, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) ctl_out_off_ = sizeof ctl_out_;  // gone: drop it
+        return;
+      }
+      ctl_out_off_ += static_cast<size_t>(n);
+    }
+  }
+
+  // Sends the frames of this stream's part of messages below `limit` (send_limit()).
+  bool progress_send(int s, uint64_t limit) {
     StreamState& st = send_[s];
     catch_up(st, sendq_);
     bool moved = false;
     iovec iov[2 * kSendBatch];
     FrameHeader hdrs[kSendBatch];
+    const uint64_t end = std::min(sendq_.tail, limit);
     for (;;) {
-      while (st.seq < sendq_.tail && !has_part(sendq_.at(st.seq), s)) ++st.seq;
-      if (st.seq == sendq_.tail) break;
+      while (st.seq < end && !has_part(sendq_.at(st.seq), s)) ++st.seq;
+      if (st.seq >= end) break;
       // Gather the rest of the current frame and the frames queued behind it on this stream.
       int niov = 0, k = 0;
       size_t off = st.off;
-      for (uint64_t q = st.seq; q < sendq_.tail && k < kSendBatch; ++q) {
+      for (uint64_t q = st.seq; q < end && k < kSendBatch; ++q) {
         Request* r = sendq_.at(q);
         if (!has_part(r, s)) continue;
         Part p = part(r, s);
@@ -344,6 +426,14 @@ class TcpLink final : public Link {
 
   const int peer_;
   const int nstreams_;
+  int ctl_fd_;                  // the control connection (flow-control reports, both ways)
+  uint64_t credited_ = 0;       // messages the peer has reported consumed
+  uint64_t reported_ = 0;       // what this rank last reported consuming (recvq_.head then)
+  uint8_t ctl_in_[8];           // a report read in part
+  size_t ctl_in_len_ = 0;
+  uint8_t ctl_out_[8];          // the report being written
+  size_t ctl_out_off_ = sizeof ctl_out_;  // == size: nothing being written
+  bool ctl_eof_ = false;        // the peer closed the control connection
   std::vector<StreamState> send_;
   std::vector<StreamState> recv_;
   ReqRing sendq_;
@@ -457,15 +547,15 @@ std::string check_tcp_hello(const uint8_t* hello, const TcpConfig& cfg, int* pee
   if (magic != kHelloMagic) return "bad hello magic (not a shoal peer)";
   if (diff != 0) return "wrong group secret (another group, or not a shoal peer)";
   if (r <= cfg.rank || r >= cfg.size || static_cast<size_t>(r) >= cfg.use_tcp.size() || !cfg.use_tcp[r] || s < 0 ||
-      s >= cfg.streams)
+      s > cfg.streams)  // s == streams: the control connection
     return format("unexpected rank %d / stream %d in hello", r, s);
   *peer = r;
   *stream = s;
   return "";
 }
 
-std::unique_ptr<Link> make_tcp_link(int peer, const std::vector<int>& fds) {
-  return std::make_unique<TcpLink>(peer, fds);
+std::unique_ptr<Link> make_tcp_link(int peer, const std::vector<int>& data_fds, int control_fd) {
+  return std::make_unique<TcpLink>(peer, data_fds, control_fd);
 }
 
 std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConfig& cfg) {
@@ -476,11 +566,12 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
   if (cfg.use_tcp.size() != static_cast<size_t>(cfg.size))
     throw InvalidArgument(format("tcp set-up: use_tcp has %zu entries for a group of %d", cfg.use_tcp.size(),
                                  cfg.size));
-  const int rank = cfg.rank, nstreams = cfg.streams;
+  // Connections per peer: the data streams, then the control connection (index streams).
+  const int rank = cfg.rank, nstreams = cfg.streams, nconns = cfg.streams + 1;
   auto tcp_peer = [&](int j) { return j != rank && cfg.use_tcp[j]; };
 
   SetupFds fds;
-  fds.in.assign(cfg.size, std::vector<int>(nstreams, -1));
+  fds.in.assign(cfg.size, std::vector<int>(nconns, -1));
 
   // Listen and publish.
   fds.listener = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -515,7 +606,7 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
       throw Timeout(format("tcp set-up timed out: rank %d never published its address (tcp/%d)", j, j));
     }
     sockaddr_in a = resolve(addr, j);
-    for (int s = 0; s < nstreams; ++s) {
+    for (int s = 0; s < nconns; ++s) {
       Outgoing o;
       o.peer = j;
       o.stream = s;
@@ -525,7 +616,7 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
   }
   int expect_in = 0;
   for (int j = rank + 1; j < cfg.size; ++j)
-    if (tcp_peer(j)) expect_in += nstreams;
+    if (tcp_peer(j)) expect_in += nconns;
   int got_in = 0;
   size_t out_done = 0;
 
@@ -553,9 +644,9 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
         } else {
           for (int fd : fds.in[j]) have += fd >= 0;
         }
-        if (have == nstreams) continue;
+        if (have == nconns) continue;
         if (!missing.empty()) missing += ", ";
-        missing += format("rank %d (%d/%d streams%s%s)", j, have, nstreams, last_err ? ", last error: " : "",
+        missing += format("rank %d (%d/%d connections%s%s)", j, have, nconns, last_err ? ", last error: " : "",
                           last_err ? errno_string(last_err).c_str() : "");
       }
       throw Timeout("tcp set-up timed out waiting for " + missing);
@@ -716,23 +807,29 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
   std::vector<std::unique_ptr<Link>> links(cfg.size);
   for (int j = 0; j < cfg.size; ++j) {
     if (!tcp_peer(j)) continue;
-    std::vector<int> v(nstreams);
+    std::vector<int> v(nconns);
     if (j < rank) {
       for (auto& o : fds.out)
         if (o.peer == j) v[o.stream] = o.fd;
     } else {
       v = fds.in[j];
     }
+    const int control = v.back();
+    v.pop_back();
     if (cfg.epoll_fd >= 0) {
       for (int fd : v) {
         epoll_event ev{};
         ev.events = EPOLLIN | EPOLLOUT | EPOLLET | EPOLLRDHUP;
-        ev.data.u64 = 0;
         if (::epoll_ctl(cfg.epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0)
           throw Error("tcp set-up: epoll_ctl: " + errno_string(errno));
       }
+      // Only its reports wake a waiter (a sender held by the window); its writes never wait.
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLET | EPOLLRDHUP;
+      if (::epoll_ctl(cfg.epoll_fd, EPOLL_CTL_ADD, control, &ev) != 0)
+        throw Error("tcp set-up: epoll_ctl: " + errno_string(errno));
     }
-    links[j] = std::make_unique<TcpLink>(j, v);
+    links[j] = std::make_unique<TcpLink>(j, v, control);
     // The link owns the descriptors now.
     if (j < rank) {
       for (auto& o : fds.out)
@@ -741,7 +838,7 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
       for (int& fd : fds.in[j]) fd = -1;
     }
   }
-  SHOAL_LOG(debug, "tcp: set-up done (%d streams per peer)", nstreams);
+  SHOAL_LOG(debug, "tcp: set-up done (%d streams and a control connection per peer)", nstreams);
   return links;
 }
 

@@ -11,6 +11,17 @@
 // FrameHeader, so several streams carry one large message at once. Sockets are non-blocking and
 // registered edge-triggered (EPOLLIN|EPOLLOUT|EPOLLET) in the engine's epoll fd, which the engine
 // sleeps on.
+//
+// Flow control: besides its data streams, each pair has one control connection, on which a
+// receiver reports how many messages it has consumed (a cumulative u64, little-endian, sent after
+// every kTcpWindow/2 messages). A sender starts a message only while it is fewer than kTcpWindow
+// messages ahead of that count. Without it, a rank that only sends small messages (a gather's
+// leaves, a broadcast's root in a loop) ran ahead of its receiver until the receiver's socket
+// queue, a few hundred KiB of small segments, filled: the kernel then pruned it, and the window
+// closed until a ~200 ms retransmission timer fired (BENCHMARKS.md, "Flow control over TCP").
+// Gloo goes further: it sends only after the receiver has posted. The control connection is read
+// apart from the data streams, so a report never waits behind data the receiver has not posted
+// for.
 #pragma once
 #include <array>
 #include <chrono>
@@ -24,11 +35,16 @@
 
 namespace shoal {
 
+// Messages a sender may have started ahead of what its receiver has consumed (see above). A
+// message larger than a socket's buffers waits for its receiver anyway; this bounds how many small
+// ones queue in the kernel.
+constexpr uint64_t kTcpWindow = 32;
+
 struct TcpConfig {
   int rank = 0;
   int size = 1;
   std::vector<bool> use_tcp;             // per peer: true where this pair talks TCP (symmetric)
-  int streams = 4;                       // sockets per peer
+  int streams = 4;                       // data sockets per peer (plus one control connection)
   // TCP_NOTSENT_LOWAT in bytes on every socket (0: the kernel's default, no limit): how much
   // not-yet-sent data the kernel may queue per socket. Autotuning otherwise queues megabytes per
   // socket, and copying the caller's buffer into kernel memory that large runs out of cache:
@@ -45,15 +61,16 @@ struct TcpConfig {
 std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConfig& cfg);
 
 // The hello every connection opens with: u32 magic, the group's 32-byte secret, u32 rank,
-// u32 stream (little-endian).
+// u32 stream (little-endian). Stream cfg.streams is the control connection.
 constexpr size_t kTcpHelloBytes = 4 + 32 + 4 + 4;
 void encode_tcp_hello(uint8_t* out, const std::array<uint8_t, 32>& secret, int rank, int stream);
 // Checks a hello received by rank cfg.rank: "" when it is from a stream of a higher TCP peer of this
 // group (*peer and *stream say which), else why the connection is refused.
 std::string check_tcp_hello(const uint8_t* hello, const TcpConfig& cfg, int* peer, int* stream);
 
-// The TCP Link over already connected sockets (one per stream, owned by the link from now on):
-// what connect_tcp_links makes; for tests and the fuzzer (tests/fuzz/fuzz_tcp_frames.cpp).
-std::unique_ptr<Link> make_tcp_link(int peer, const std::vector<int>& fds);
+// The TCP Link over already connected sockets (one per data stream and the control connection,
+// owned by the link from now on): what connect_tcp_links makes; for tests and the fuzzer
+// (tests/fuzz/fuzz_tcp_frames.cpp).
+std::unique_ptr<Link> make_tcp_link(int peer, const std::vector<int>& data_fds, int control_fd);
 
 }  // namespace shoal

@@ -1,9 +1,12 @@
 // libFuzzer target: the TCP Link's receive path (src/transport/tcp_link.cpp): frame headers
 // (link.h FrameHeader) and payloads arriving on its streams, cut into parts, against the receives
-// posted. The link gets socketpairs for streams; the input says how many streams, which receives
-// are posted (size, op signature), and then the bytes the peer writes, as records
-// {u8 stream, u8 length, bytes}. The peer's ends are closed after that, so every receive must
-// complete or fail with PeerError: no crash, no write outside the posted buffers, no hang.
+// posted; and the flow-control reports arriving on its control connection. The link gets
+// socketpairs for its streams and its control connection; the input says how many streams, which
+// receives are posted (size, op signature), whether more sends than the flow-control window are
+// posted (so the link reads the reports), and then the bytes the peer writes, as records
+// {u8 connection (stream, or the control connection after the last stream), u8 length, bytes}.
+// The peer's ends are closed after that, so every request must complete or fail with PeerError:
+// no crash, no write outside the posted buffers, no hang.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -45,15 +48,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint8_t b0 = in.u8();
   int nstreams = 1 + b0 % 4;
   bool large = b0 & 0x80;  // receives big enough to be cut into parts (slower: fuzz them less often)
+  bool sends = b0 & 0x40;  // post more sends than the window, so the reports are read
   int nreq = in.u8() % 4;  // 0: only peek
-  std::vector<int> mine, theirs;
-  for (int s = 0; s < nstreams; ++s) {
+  std::vector<int> mine, theirs;  // [nstreams]: the control connection
+  for (int s = 0; s <= nstreams; ++s) {
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) std::abort();
     mine.push_back(sv[0]);
     theirs.push_back(sv[1]);
   }
-  std::unique_ptr<shoal::Link> link = shoal::make_tcp_link(1, mine);
+  const int control = mine.back();
+  mine.pop_back();
+  std::unique_ptr<shoal::Link> link = shoal::make_tcp_link(1, mine, control);
 
   std::vector<std::vector<uint8_t>> bufs(nreq);
   std::vector<shoal::Request> reqs(nreq);
@@ -64,7 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // The peer's bytes.
   while (in.n > 0) {
-    int s = in.u8() % nstreams;
+    int s = in.u8() % (nstreams + 1);
     size_t len = std::min<size_t>(in.u8(), in.n);
     if (len == 0) continue;
     (void)!::send(theirs[s], in.p, len, MSG_DONTWAIT | MSG_NOSIGNAL);  // a full buffer drops bytes
@@ -76,6 +82,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shoal::FrameHeader h;
   (void)link->peek(&h);
   for (auto& r : reqs) link->post(&r);
+  std::vector<shoal::Request> sreqs(sends ? shoal::kTcpWindow + 8 : 0);
+  for (auto& r : sreqs) {
+    r = shoal::Request{shoal::Request::Dir::send, 1, nullptr, 0, 1, "fuzz", 0, 0, false};
+    link->post(&r);
+  }
   try {
     for (long i = 0; link->busy(); ++i) {
       if (!link->progress() && i > 1000000) {
@@ -85,6 +96,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     for (auto& r : reqs)
       if (!r.complete || r.done != r.bytes) std::abort();  // completed means fully received
+    for (auto& r : sreqs)
+      if (!r.complete) std::abort();
   } catch (const shoal::PeerError&) {
     // Expected for almost every input: a corrupt or mismatched frame, or the closed peer.
   }

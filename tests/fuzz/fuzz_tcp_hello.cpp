@@ -32,8 +32,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   int peer = -7, stream = -7;
   std::string why = shoal::check_tcp_hello(hello, cfg, &peer, &stream);
   if (why.empty()) {
-    // Accepted: from a higher TCP peer of this group, on a stream it has.
-    if (peer <= cfg.rank || peer >= cfg.size || !cfg.use_tcp[peer] || stream < 0 || stream >= cfg.streams) std::abort();
+    // Accepted: from a higher TCP peer of this group, on a stream it has (stream == streams: the
+    // control connection).
+    if (peer <= cfg.rank || peer >= cfg.size || !cfg.use_tcp[peer] || stream < 0 || stream > cfg.streams) std::abort();
     if (std::memcmp(hello + 4, cfg.secret.data(), 32) != 0) std::abort();
     // And it is exactly the hello that peer sends.
     uint8_t again[kTcpHelloBytes];
