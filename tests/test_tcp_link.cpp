@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -368,6 +370,65 @@ TEST_F(TcpLinkTest, RingNeighboursOnly) {
     std::vector<bool> use(4, false);
     use[(r + 1) % 4] = use[(r + 3) % 4] = true;
     return ring_body(dir_, r, 4, use, /*quick=*/true);
+  }));
+}
+
+// Peers on this host and on others get their own stream counts and unsent watermarks
+// (TcpConfig::same_host): ranks 0 and 1 share a host, rank 2 is elsewhere. Each rank counts its
+// sockets by TCP_NOTSENT_LOWAT (one value per kind of peer) and exchanges messages, split ones
+// among them, with both peers.
+TEST_F(TcpLinkTest, StreamsAndWatermarkPerPeerHost) {
+  constexpr int kRemoteStreams = 3, kLocalStreams = 1, kRemoteLowat = 4096;
+  expect_all_ok(run_procs(dir_, 3, [&](int rank) {
+    auto sockets_by_lowat = [] {
+      std::map<int, int> n;
+      for (auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+        int fd = std::stoi(e.path().filename().string());
+        struct stat st;
+        if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+        int v = -1;
+        socklen_t len = sizeof v;
+        if (::getsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, &len) == 0) ++n[v];
+      }
+      return n;
+    };
+    auto before = sockets_by_lowat();
+    TestDirStore store(dir_);
+    Net net;
+    net.epfd = ::epoll_create1(EPOLL_CLOEXEC);
+    shoal::TcpConfig cfg;
+    cfg.rank = rank;
+    cfg.size = 3;
+    cfg.use_tcp = {rank != 0, rank != 1, rank != 2};
+    cfg.same_host = {rank == 1, rank == 0, false};
+    cfg.streams = kRemoteStreams;
+    cfg.notsent_lowat = kRemoteLowat;
+    cfg.local_streams = kLocalStreams;
+    cfg.local_notsent_lowat = 0;
+    cfg.secret = test_secret();
+    cfg.advertise_host = "127.0.0.1";
+    cfg.deadline = Clock::now() + 10s;
+    cfg.epoll_fd = net.epfd;
+    net.links = shoal::connect_tcp_links(store, cfg);
+    auto after = sockets_by_lowat();
+    const int remote = rank == 2 ? 2 : 1, local = rank == 2 ? 0 : 1;  // peers of each kind
+    if (after[kRemoteLowat] - before[kRemoteLowat] != remote * (kRemoteStreams + 1)) return 10;
+    if (after[0] - before[0] != local * (kLocalStreams + 1)) return 11;
+    for (int peer = 0; peer < 3; ++peer) {
+      if (peer == rank) continue;
+      for (size_t sz : {size_t{1000}, size_t{(1u << 20) + 3}}) {
+        std::vector<uint8_t> sbuf(sz), rbuf(sz), want(sz);
+        fill(sbuf, rank, sz + peer);
+        fill(want, peer, sz + rank);
+        Request s = make_req(Request::Dir::send, peer, sbuf.data(), sz, 5);
+        Request r = make_req(Request::Dir::recv, peer, rbuf.data(), sz, 5);
+        net.links[peer]->post(&s);
+        net.links[peer]->post(&r);
+        drive(net, {&s, &r});
+        if (rbuf != want) return 20 + peer;
+      }
+    }
+    return 0;
   }));
 }
 

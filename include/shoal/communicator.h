@@ -36,9 +36,13 @@ struct Options {
   std::string group_name = "shoal";                     // keys in the store are prefixed by it
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // deadline of every op
   TransportKind transport = TransportKind::automatic;   // SHOAL_TRANSPORT overrides when set
-  int tcp_streams = 0;                                  // 0 = SHOAL_TCP_STREAMS or default
+  // TCP data connections per peer: 0 = SHOAL_TCP_STREAMS or the default (4 to a peer on another
+  // host, 1 to a peer on this host; src/transport/tcp_link.h says why). A value set applies to
+  // every peer.
+  int tcp_streams = 0;
   // Bytes of not-yet-sent data each TCP socket may queue (TCP_NOTSENT_LOWAT): -1 = the default
-  // (16 KiB, see src/transport/tcp_link.h for why), 0 = no limit (the kernel's default).
+  // (16 KiB to a peer on another host, no limit to one on this host; src/transport/tcp_link.h
+  // says why), 0 = no limit (the kernel's default). A value set applies to every peer.
   int tcp_notsent_lowat = -1;
   // Reads SHOAL_TRANSPORT, SHOAL_TIMEOUT (seconds), SHOAL_TCP_STREAMS, SHOAL_TCP_NOTSENT_LOWAT
   // into a copy of `base`.

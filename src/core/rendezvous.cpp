@@ -160,8 +160,11 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   cfg.size = size;
   cfg.use_tcp.assign(size, false);
   for (int r = 0; r < size; ++r) cfg.use_tcp[r] = r != rank && !shm_pair[r];
-  cfg.streams = opts.tcp_streams > 0 ? opts.tcp_streams : 4;
-  if (opts.tcp_notsent_lowat >= 0) cfg.notsent_lowat = opts.tcp_notsent_lowat;
+  cfg.same_host.assign(size, false);
+  for (int r = 0; r < size; ++r) cfg.same_host[r] = r != rank && host_ids[r] == host_ids[rank];
+  // A value the user set applies to every peer; the defaults differ by host (TcpConfig says why).
+  if (opts.tcp_streams > 0) cfg.streams = cfg.local_streams = opts.tcp_streams;
+  if (opts.tcp_notsent_lowat >= 0) cfg.notsent_lowat = cfg.local_notsent_lowat = opts.tcp_notsent_lowat;
   std::memcpy(cfg.secret.data(), secret, sizeof secret);
   cfg.advertise_host = advertise_host;
   cfg.deadline = deadline;

@@ -445,11 +445,11 @@ class TcpLink final : public Link {
 // ---------------------------------------------------------------------------------------------
 // Set-up.
 
-void set_buffers(int fd, const TcpConfig& cfg) {
+// `lowat`: tcp_notsent_lowat of the socket's pair.
+void set_buffers(int fd, int lowat) {
   // TCP_NOTSENT_LOWAT (see TcpConfig::notsent_lowat): unlike a fixed SO_SNDBUF it leaves the
   // window, and so long fat links, alone. Failure to set it costs only speed.
-  if (cfg.notsent_lowat > 0)
-    (void)::setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &cfg.notsent_lowat, sizeof cfg.notsent_lowat);
+  if (lowat > 0) (void)::setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat);
   int v = kSocketBuffer;
   if (v <= 0) return;
   (void)::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
@@ -547,11 +547,21 @@ std::string check_tcp_hello(const uint8_t* hello, const TcpConfig& cfg, int* pee
   if (magic != kHelloMagic) return "bad hello magic (not a shoal peer)";
   if (diff != 0) return "wrong group secret (another group, or not a shoal peer)";
   if (r <= cfg.rank || r >= cfg.size || static_cast<size_t>(r) >= cfg.use_tcp.size() || !cfg.use_tcp[r] || s < 0 ||
-      s > cfg.streams)  // s == streams: the control connection
+      s > tcp_streams(cfg, r))  // s == streams: the control connection
     return format("unexpected rank %d / stream %d in hello", r, s);
   *peer = r;
   *stream = s;
   return "";
+}
+
+int tcp_streams(const TcpConfig& cfg, int peer) {
+  bool local = static_cast<size_t>(peer) < cfg.same_host.size() && cfg.same_host[peer];
+  return local ? cfg.local_streams : cfg.streams;
+}
+
+int tcp_notsent_lowat(const TcpConfig& cfg, int peer) {
+  bool local = static_cast<size_t>(peer) < cfg.same_host.size() && cfg.same_host[peer];
+  return local ? cfg.local_notsent_lowat : cfg.notsent_lowat;
 }
 
 std::unique_ptr<Link> make_tcp_link(int peer, const std::vector<int>& data_fds, int control_fd) {
@@ -561,22 +571,25 @@ std::unique_ptr<Link> make_tcp_link(int peer, const std::vector<int>& data_fds, 
 std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConfig& cfg) {
   if (cfg.size < 1 || cfg.rank < 0 || cfg.rank >= cfg.size)
     throw InvalidArgument(format("tcp set-up: rank %d out of range for size %d", cfg.rank, cfg.size));
-  if (cfg.streams < 1 || cfg.streams > 64)
-    throw InvalidArgument(format("tcp set-up: streams must be in [1, 64], got %d", cfg.streams));
+  if (cfg.streams < 1 || cfg.streams > 64 || cfg.local_streams < 1 || cfg.local_streams > 64)
+    throw InvalidArgument(
+        format("tcp set-up: streams must be in [1, 64], got %d (%d on this host)", cfg.streams, cfg.local_streams));
   if (cfg.use_tcp.size() != static_cast<size_t>(cfg.size))
     throw InvalidArgument(format("tcp set-up: use_tcp has %zu entries for a group of %d", cfg.use_tcp.size(),
                                  cfg.size));
-  // Connections per peer: the data streams, then the control connection (index streams).
-  const int rank = cfg.rank, nstreams = cfg.streams, nconns = cfg.streams + 1;
+  const int rank = cfg.rank;
   auto tcp_peer = [&](int j) { return j != rank && cfg.use_tcp[j]; };
+  // Connections to peer j: its data streams, then the control connection (index streams).
+  auto nconns = [&](int j) { return tcp_streams(cfg, j) + 1; };
 
   SetupFds fds;
-  fds.in.assign(cfg.size, std::vector<int>(nconns, -1));
+  fds.in.resize(cfg.size);
+  for (int j = 0; j < cfg.size; ++j) fds.in[j].assign(nconns(j), -1);
 
   // Listen and publish.
   fds.listener = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fds.listener < 0) throw Error("tcp set-up: socket: " + errno_string(errno));
-  set_buffers(fds.listener, cfg);  // accepted sockets inherit the buffers (and the window scale that goes with them)
+  set_buffers(fds.listener, 0);  // accepted sockets inherit the buffers (and the window scale that goes with them)
   sockaddr_in la{};
   la.sin_family = AF_INET;
   la.sin_addr.s_addr = htonl(INADDR_ANY);
@@ -606,7 +619,7 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
       throw Timeout(format("tcp set-up timed out: rank %d never published its address (tcp/%d)", j, j));
     }
     sockaddr_in a = resolve(addr, j);
-    for (int s = 0; s < nconns; ++s) {
+    for (int s = 0; s < nconns(j); ++s) {
       Outgoing o;
       o.peer = j;
       o.stream = s;
@@ -616,7 +629,7 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
   }
   int expect_in = 0;
   for (int j = rank + 1; j < cfg.size; ++j)
-    if (tcp_peer(j)) expect_in += nconns;
+    if (tcp_peer(j)) expect_in += nconns(j);
   int got_in = 0;
   size_t out_done = 0;
 
@@ -644,9 +657,9 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
         } else {
           for (int fd : fds.in[j]) have += fd >= 0;
         }
-        if (have == nconns) continue;
+        if (have == nconns(j)) continue;
         if (!missing.empty()) missing += ", ";
-        missing += format("rank %d (%d/%d connections%s%s)", j, have, nconns, last_err ? ", last error: " : "",
+        missing += format("rank %d (%d/%d connections%s%s)", j, have, nconns(j), last_err ? ", last error: " : "",
                           last_err ? errno_string(last_err).c_str() : "");
       }
       throw Timeout("tcp set-up timed out waiting for " + missing);
@@ -657,7 +670,7 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
       if (o.st != Outgoing::St::idle || o.retry_at > now) continue;
       o.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
       if (o.fd < 0) throw Error("tcp set-up: socket: " + errno_string(errno));
-      set_buffers(o.fd, cfg);
+      set_buffers(o.fd, tcp_notsent_lowat(cfg, o.peer));
       set_nodelay(o.fd);
       if (::connect(o.fd, reinterpret_cast<sockaddr*>(&o.addr), sizeof o.addr) == 0) {
         o.st = Outgoing::St::hello;
@@ -717,7 +730,6 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
               SHOAL_LOG(warn, "tcp set-up: accept: %s", errno_string(errno).c_str());
             break;
           }
-          set_buffers(fd, cfg);  // TCP_NOTSENT_LOWAT is not certain to be inherited from the listener
           Incoming c;
           c.fd = fd;
           c.remote = addr_string(ra);
@@ -747,6 +759,7 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
             reject(c, "could not acknowledge its hello");
           } else {
             set_nodelay(c.fd);
+            set_buffers(c.fd, tcp_notsent_lowat(cfg, r));  // now that the peer is known
             fds.in[r][s] = c.fd;
             c.fd = -1;
             ++got_in;
@@ -807,7 +820,7 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
   std::vector<std::unique_ptr<Link>> links(cfg.size);
   for (int j = 0; j < cfg.size; ++j) {
     if (!tcp_peer(j)) continue;
-    std::vector<int> v(nconns);
+    std::vector<int> v(nconns(j));
     if (j < rank) {
       for (auto& o : fds.out)
         if (o.peer == j) v[o.stream] = o.fd;
@@ -838,7 +851,8 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
       for (int& fd : fds.in[j]) fd = -1;
     }
   }
-  SHOAL_LOG(debug, "tcp: set-up done (%d streams and a control connection per peer)", nstreams);
+  SHOAL_LOG(debug, "tcp: set-up done (%d streams and a control connection per peer on another host, %d on this one)",
+            cfg.streams, cfg.local_streams);
   return links;
 }
 

@@ -44,13 +44,24 @@ struct TcpConfig {
   int rank = 0;
   int size = 1;
   std::vector<bool> use_tcp;             // per peer: true where this pair talks TCP (symmetric)
-  int streams = 4;                       // data sockets per peer (plus one control connection)
-  // TCP_NOTSENT_LOWAT in bytes on every socket (0: the kernel's default, no limit): how much
-  // not-yet-sent data the kernel may queue per socket. Autotuning otherwise queues megabytes per
-  // socket, and copying the caller's buffer into kernel memory that large runs out of cache:
+  // Per peer: true where the peer runs on this host (the same host identity: TCP over loopback,
+  // as with SHOAL_TRANSPORT=tcp). Empty: every peer is on another host. Symmetric.
+  std::vector<bool> same_host;
+  // Data sockets per peer on another host (plus one control connection).
+  int streams = 4;
+  // TCP_NOTSENT_LOWAT in bytes for peers on another host (0: the kernel's default, no limit): how
+  // much not-yet-sent data the kernel may queue per socket. Autotuning otherwise queues megabytes
+  // per socket, and copying the caller's buffer into kernel memory that large runs out of cache:
   // across two hosts on veth links, 16 KiB doubled large sendrecv (1.9 -> 3.8 GB/s at 256 MiB,
   // docs/multihost.md). The window, and so throughput on long links, is not limited by it.
   int notsent_lowat = 16384;
+  // The same two for a peer on this host. Loopback TCP has no link to fill, only CPU: striping
+  // adds sockets and system calls, and a small unsent watermark ties a sender to its receiver
+  // being on a core, which with ranks outnumbering cores stalls both (4 ranks on 2 cores, 16-64 MiB
+  // all-to-all: 0.4-0.7x Gloo with 4 streams and 16 KiB, 1.0-1.2x with 1 stream and no limit;
+  // BENCHMARKS.md, "TCP between ranks of one host").
+  int local_streams = 1;
+  int local_notsent_lowat = 0;
   std::array<uint8_t, 32> secret{};      // the group's secret
   std::string advertise_host;            // the address peers dial (e.g. TcpStore::local_address())
   std::chrono::steady_clock::time_point deadline;  // for the whole set-up
@@ -60,8 +71,13 @@ struct TcpConfig {
 // Returns one Link per peer, null where use_tcp is false (and for this rank).
 std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConfig& cfg);
 
+// The data streams, and the TCP_NOTSENT_LOWAT, of the pair with `peer` (the same on both sides).
+int tcp_streams(const TcpConfig& cfg, int peer);
+int tcp_notsent_lowat(const TcpConfig& cfg, int peer);
+
 // The hello every connection opens with: u32 magic, the group's 32-byte secret, u32 rank,
-// u32 stream (little-endian). Stream cfg.streams is the control connection.
+// u32 stream (little-endian). Stream number streams (of that pair: tcp_streams) is the control
+// connection.
 constexpr size_t kTcpHelloBytes = 4 + 32 + 4 + 4;
 void encode_tcp_hello(uint8_t* out, const std::array<uint8_t, 32>& secret, int rank, int stream);
 // Checks a hello received by rank cfg.rank: "" when it is from a stream of a higher TCP peer of this
