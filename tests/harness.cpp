@@ -458,7 +458,7 @@ bool names_rank(const std::string& msg, int r) {
 namespace shoal_test {
 using shoal::DType;
 
-uint16_t f32_to_f16(float f) {
+SHOAL_TEST_REFERENCE uint16_t f32_to_f16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000u;
@@ -484,7 +484,7 @@ uint16_t f32_to_f16(float f) {
   return uint16_t(sign | h);
 }
 
-float f16_to_f32(uint16_t h) {
+SHOAL_TEST_REFERENCE float f16_to_f32(uint16_t h) {
   uint32_t sign = uint32_t(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1f;
   uint32_t mant = h & 0x3ffu;
@@ -502,7 +502,7 @@ float f16_to_f32(uint16_t h) {
   return f;
 }
 
-uint16_t f32_to_bf16(float f) {
+SHOAL_TEST_REFERENCE uint16_t f32_to_bf16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
   if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t(((x >> 16) & 0x8000u) | 0x7fc0u);
@@ -510,19 +510,19 @@ uint16_t f32_to_bf16(float f) {
   return uint16_t(x >> 16);
 }
 
-float bf16_to_f32(uint16_t h) {
+SHOAL_TEST_REFERENCE float bf16_to_f32(uint16_t h) {
   uint32_t x = uint32_t(h) << 16;
   float f;
   std::memcpy(&f, &x, 4);
   return f;
 }
 
-bool is_float(DType dt) {
+SHOAL_TEST_REFERENCE bool is_float(DType dt) {
   return dt == DType::f16 || dt == DType::bf16 || dt == DType::f32 || dt == DType::f64;
 }
-bool is_signed(DType dt) { return is_float(dt) || dt == DType::i8 || dt == DType::i32 || dt == DType::i64; }
+SHOAL_TEST_REFERENCE bool is_signed(DType dt) { return is_float(dt) || dt == DType::i8 || dt == DType::i32 || dt == DType::i64; }
 
-size_t esize(DType dt) {
+SHOAL_TEST_REFERENCE size_t esize(DType dt) {
   switch (dt) {
     case DType::f16:
     case DType::bf16:
@@ -556,7 +556,7 @@ const char* dt_name(DType dt) {
   return "?";
 }
 
-void put_value(DType dt, void* buf, size_t i, int64_t v) {
+SHOAL_TEST_REFERENCE void put_value(DType dt, void* buf, size_t i, int64_t v) {
   auto* p = static_cast<uint8_t*>(buf);
   switch (dt) {
     case DType::f16: {
@@ -597,7 +597,7 @@ void put_value(DType dt, void* buf, size_t i, int64_t v) {
   }
 }
 
-int64_t get_int(DType dt, const void* buf, size_t i) {
+SHOAL_TEST_REFERENCE int64_t get_int(DType dt, const void* buf, size_t i) {
   const auto* p = static_cast<const uint8_t*>(buf);
   switch (dt) {
     case DType::i8:
@@ -620,7 +620,7 @@ int64_t get_int(DType dt, const void* buf, size_t i) {
   }
 }
 
-double get_double(DType dt, const void* buf, size_t i) {
+SHOAL_TEST_REFERENCE double get_double(DType dt, const void* buf, size_t i) {
   const auto* p = static_cast<const uint8_t*>(buf);
   switch (dt) {
     case DType::f16: {
@@ -666,7 +666,7 @@ std::string value_str(DType dt, const void* buf, size_t i) {
   return os.str();
 }
 
-std::string compare_buffers(DType dt, const void* got, const void* expected, size_t count) {
+SHOAL_TEST_REFERENCE std::string compare_buffers(DType dt, const void* got, const void* expected, size_t count) {
   size_t bad = 0, first = 0;
   const size_t es = esize(dt);
   const auto* g = static_cast<const uint8_t*>(got);
@@ -692,14 +692,14 @@ std::string compare_buffers(DType dt, const void* got, const void* expected, siz
   return os.str();
 }
 
-uint64_t mix64(uint64_t x) {
+SHOAL_TEST_REFERENCE uint64_t mix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
 
-int64_t data_value(DType dt, uint64_t key) {
+SHOAL_TEST_REFERENCE int64_t data_value(DType dt, uint64_t key) {
   switch (dt) {
     case DType::f16:
       return int64_t(key % 4095) - 2047;
@@ -716,7 +716,7 @@ int64_t data_value(DType dt, uint64_t key) {
   }
 }
 
-void fill_data(DType dt, void* buf, size_t count, uint64_t seed) {
+SHOAL_TEST_REFERENCE void fill_data(DType dt, void* buf, size_t count, uint64_t seed) {
   for (size_t i = 0; i < count; ++i) put_value(dt, buf, i, data_value(dt, data_key(seed, i)));
 }
 

@@ -60,7 +60,7 @@ const char* op_str(ReduceOp op) {
 // ---- Reduction inputs and their reference ----------------------------------------------------
 
 // Rank r's input element i for `op` on `dt` among n ranks (see the file comment).
-int64_t red_input(ReduceOp op, DType dt, int r, int n, size_t i, uint64_t seed) {
+SHOAL_TEST_REFERENCE int64_t red_input(ReduceOp op, DType dt, int r, int n, size_t i, uint64_t seed) {
   const bool boolean = dt == DType::boolean;
   const bool sgn = is_signed(dt);
   const uint64_t h = uint64_t(i) * 7 + uint64_t(r) * 13 + seed * 3;
@@ -120,7 +120,7 @@ int64_t red_input(ReduceOp op, DType dt, int r, int n, size_t i, uint64_t seed) 
   return 0;
 }
 
-int64_t combine(ReduceOp op, DType dt, int64_t a, int64_t b) {
+SHOAL_TEST_REFERENCE int64_t combine(ReduceOp op, DType dt, int64_t a, int64_t b) {
   const bool boolean = dt == DType::boolean;
   switch (op) {
     case ReduceOp::sum: return boolean ? (a | b) : a + b;
@@ -135,7 +135,7 @@ int64_t combine(ReduceOp op, DType dt, int64_t a, int64_t b) {
   return 0;
 }
 
-int64_t red_expected(ReduceOp op, DType dt, int n, size_t i, uint64_t seed) {
+SHOAL_TEST_REFERENCE int64_t red_expected(ReduceOp op, DType dt, int n, size_t i, uint64_t seed) {
   int64_t acc = red_input(op, dt, 0, n, i, seed);
   for (int r = 1; r < n; ++r) acc = combine(op, dt, acc, red_input(op, dt, r, n, i, seed));
   if (op == ReduceOp::avg) acc = acc / n;  // truncates toward zero
@@ -143,10 +143,10 @@ int64_t red_expected(ReduceOp op, DType dt, int n, size_t i, uint64_t seed) {
 }
 
 // buf[k] = input of global element first+k.
-void fill_red_input(ReduceOp op, DType dt, int r, int n, size_t first, size_t count, uint64_t seed, void* buf) {
+SHOAL_TEST_REFERENCE void fill_red_input(ReduceOp op, DType dt, int r, int n, size_t first, size_t count, uint64_t seed, void* buf) {
   for (size_t k = 0; k < count; ++k) put_value(dt, buf, k, red_input(op, dt, r, n, first + k, seed));
 }
-void fill_red_expected(ReduceOp op, DType dt, int n, size_t first, size_t count, uint64_t seed, void* buf) {
+SHOAL_TEST_REFERENCE void fill_red_expected(ReduceOp op, DType dt, int n, size_t first, size_t count, uint64_t seed, void* buf) {
   for (size_t k = 0; k < count; ++k) put_value(dt, buf, k, red_expected(op, dt, n, first + k, seed));
 }
 // buf[k] = data element first+k of stream `seed`.
