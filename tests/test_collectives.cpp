@@ -197,7 +197,7 @@ enum class Where { shm, tcp, hosts };
 std::vector<Algo> algos_for(const std::string& family, Where w) {
   std::vector<Algo> v;
   if (family == "allreduce") v = {Algo::ring, Algo::bde, Algo::mst, Algo::direct, Algo::automatic};
-  if (family == "broadcast") v = {Algo::mst, Algo::scatter_allgather, Algo::linear, Algo::direct, Algo::automatic};
+  if (family == "broadcast") v = {Algo::mst, Algo::ring, Algo::scatter_allgather, Algo::linear, Algo::direct, Algo::automatic};
   if (family == "reduce") v = {Algo::mst, Algo::direct, Algo::automatic};
   if (family == "allgather") v = {Algo::ring, Algo::rd, Algo::direct, Algo::automatic};
   if (family == "allgatherv") v = {Algo::ring, Algo::automatic};
