@@ -1,9 +1,8 @@
 # Sanitizer builds of the C++ suite, and the libFuzzer targets. Included by the top-level Makefile.
 #
 #   make asan        configure + build into build/asan with AddressSanitizer + UndefinedBehavior-
-#                    Sanitizer (UB aborts: -fno-sanitize-recover), run the ctest suite there
-#   make asan-smoke  ASan + UBSan on a subset of the suite (clang -O1, build/asan-smoke): part of
-#                    `make test`, see ASAN_SMOKE_TESTS below
+#                    Sanitizer (UB aborts: -fno-sanitize-recover), run the whole ctest suite there,
+#                    then a short soak: part of `make test`
 #   make tsan        the same into build/tsan with ThreadSanitizer
 #   make fuzz        build the libFuzzer targets (tests/fuzz/*.cpp, clang) into build/fuzz and run
 #                    each for FUZZ_SECONDS (default 300) from its seed corpus
@@ -32,12 +31,12 @@ TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
 
 # exitcode 66/67/68: a sanitizer's report, told apart from a test's own failures. Set only for
 # these targets (and what they run); one already in the environment wins.
-SAN_TARGETS := asan tsan asan-build tsan-build fuzz fuzz-smoke asan-smoke asan-smoke-build
+SAN_TARGETS := asan tsan asan-build tsan-build fuzz fuzz-smoke
 $(SAN_TARGETS): export ASAN_OPTIONS ?= halt_on_error=1:exitcode=66:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:print_summary=1
 $(SAN_TARGETS): export UBSAN_OPTIONS ?= halt_on_error=1:exitcode=67:print_stacktrace=1:report_error_type=1:suppressions=$(CURDIR)/tests/ubsan.supp
 $(SAN_TARGETS): export TSAN_OPTIONS ?= halt_on_error=1:exitcode=68:second_deadlock_stack=1:history_size=4:suppressions=$(CURDIR)/tests/tsan.supp
 
-.PHONY: asan tsan asan-build tsan-build asan-smoke asan-smoke-build fuzz fuzz-smoke fuzz-build san-deps
+.PHONY: asan tsan asan-build tsan-build fuzz fuzz-smoke fuzz-build san-deps
 
 san-deps:
 	@missing=""; for p in $(SAN_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -47,12 +46,34 @@ san-deps:
 	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
 	fi
 
+# ASan + UBSan: g++ -O1 -g1 (half the compile CPU of -O2 -g; -g1 keeps file:line in reports; gcc
+# 12 at -O1 warns falsely in <regex>). With the tests' reference arithmetic left uninstrumented
+# (SHOAL_TEST_REFERENCE, tests/harness.h) the whole suite takes ~3.5 min on 2 cores, the build
+# ~1.5 min (RELIABILITY.md, "Sanitizers"). (clang would build faster still, but clang 14 rejects
+# __builtin_cpu_supports("f16c") in src/reduce/reduce.cpp.) Then a short soak at 4 ranks (every op
+# and algorithm in its warm-up, then random ones up to 256 KiB, shm, tcp and simulated hosts; its
+# RSS bound is loosened, since ASan's quarantine holds on to freed memory).
+ASAN_CXX ?= g++
+ASAN_OPT ?= -O1 -g1 -Wno-maybe-uninitialized
+# Left out: the two store tests that fork while the parent's store server thread runs. gcc 12's
+# libasan does not lock its allocator across fork(), so a child can inherit a lock the server
+# thread held and hang in its first allocation (seen: 1 run in ~90; gdb: the child waits in
+# SizeClassAllocator64::GetFromAllocator from TcpStore::Impl::read_frame). `make test` runs them
+# in the plain build, `make tsan` under ThreadSanitizer.
+ASAN_EXCLUDE ?= ^Stores/StoreTest\.(GetBlocksUntilAnotherProcessSets|AddFromSeveralProcesses)/
+ASAN_SOAK ?= --ops 1000 --max-bytes 256K --check-every 250 --seed 7 --rss-limit-mib 1024
+
 asan-build: deps
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=$(SAN_BUILD_TYPE) -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" -DSHOAL_TEST_SOURCES= >/dev/null
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_CXX_COMPILER=$(ASAN_CXX) -DCMAKE_BUILD_TYPE=Debug \
+	  -DCMAKE_CXX_FLAGS_DEBUG="$(ASAN_OPT)" -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" >/dev/null
 	cmake --build $(ASAN_BUILD) -j$(SAN_JOBS)
 
 asan: asan-build
-	cd $(ASAN_BUILD) && ctest --output-on-failure --timeout 900 -j$(SAN_JOBS) $(SAN_CTEST_ARGS)
+	cd $(ASAN_BUILD) && ctest --output-on-failure --timeout 600 -j$(SAN_JOBS) -E '$(ASAN_EXCLUDE)' $(SAN_CTEST_ARGS)
+	@echo "== soak under ASan: shoal-soak $(ASAN_SOAK)"
+	@$(ASAN_BUILD)/shoal-run -n 4 $(ASAN_BUILD)/shoal-soak $(ASAN_SOAK) > $(ASAN_BUILD)/soak.log 2>&1 \
+	  || { tail -n 60 $(ASAN_BUILD)/soak.log; echo "soak: FAILED (log: $(ASAN_BUILD)/soak.log)"; exit 1; }
+	@tail -n 1 $(ASAN_BUILD)/soak.log
 
 tsan-build: deps
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=$(SAN_BUILD_TYPE) -DCMAKE_CXX_FLAGS="$(TSAN_FLAGS)" >/dev/null
@@ -60,50 +81,6 @@ tsan-build: deps
 
 tsan: tsan-build
 	cd $(TSAN_BUILD) && ctest --output-on-failure --timeout 900 -j$(SAN_JOBS) $(SAN_CTEST_ARGS)
-
-# ---- ASan + UBSan smoke: a subset of the suite, in `make test` ----------------------------------
-# The full `make asan` takes minutes to build and 5-7 min to run on 2 cores; this takes ~2.5 min
-# in all (RELIABILITY.md, "Sanitizers"). Same sanitizer flags and *SAN_OPTIONS, cheaper to build:
-# g++ -O1 -g1 (half the CPU of -O2 -g; -g1 keeps file:line in reports), and only the test files
-# the subset needs (SHOAL_TEST_SOURCES in CMakeLists.txt: no shoal-bench/Gloo, no test_reduce,
-# test_errors ...). Its own build directory, since the flags differ from build/asan's. (clang
-# would build faster still, but clang 14 rejects __builtin_cpu_supports("f16c") in
-# src/reduce/reduce.cpp.)
-# What runs (ASAN_SMOKE_TESTS): the TCP store (server, clients, store_from_env), the TCP link, p2p
-# (every dtype and size, ordering, mismatches, rings of 3 and 4 ranks), every collective family
-# (every algorithm, dtype and reduce op) at 2 and 3 ranks over shm and forced TCP, the hierarchical
-# algorithms over simulated hosts (broadcast, allgather(v) and reduce on 5 ranks interleaved over 2
-# hosts; allreduce, leader and split forms, on 2 x 2), a TcpStore
-# rendezvous at 4 ranks, the fault tests (a rank killed during every op, abort from another
-# thread, /dev/shm cleanup after deaths); then a short soak at 4 ranks (every op and algorithm in
-# its warm-up, then random ones up to 256 KiB, shm and tcp; its RSS bound is loosened, since
-# ASan's quarantine holds on to freed memory).
-ASAN_SMOKE_BUILD ?= $(BUILD)/asan-smoke
-ASAN_SMOKE_CXX ?= g++
-# -g1: line tables, enough for file:line in reports. gcc 12 at -O1 warns falsely in <regex>.
-ASAN_SMOKE_OPT ?= -O1 -g1 -Wno-maybe-uninitialized
-ASAN_SMOKE_SOURCES := test_store.cpp;test_tcp_link.cpp;test_p2p.cpp;test_collectives.cpp;test_failure.cpp
-ASAN_SMOKE_TESTS ?= ^(TcpStore|StoreFromEnv|TcpLinkTest|DevShm|AbortFromThreadGroup|CollectivesTcpStore)\.|^Stores/StoreTest\..*/Tcp$$|^All/(P2P|P2PMismatch|KillDuringOp|KillDuringAllreduce|KillDuringBarrier|AbortFromThread|LeaveRightAfterOp)\.|^All/P2PRing\.Exchanges/n[34]_|^All/Collectives\.Matrix/n[23]_(shm|tcp)_|^All/CollectivesHosts\.Matrix/hosts_0_1_0_1_0_(broadcast|allgather|allgatherv|reduce)$$|^All/CollectivesHosts\.Matrix/hosts_0_0_1_1_allreduce$$
-# Left out: the two store tests that fork while the parent's store server thread runs. gcc 12's
-# libasan does not lock its allocator across fork(), so a child can inherit a lock the server
-# thread held and hang in its first allocation (seen: 1 run in ~90; gdb: the child waits in
-# SizeClassAllocator64::GetFromAllocator from TcpStore::Impl::read_frame). The full `make asan`
-# runs them.
-ASAN_SMOKE_EXCLUDE ?= ^Stores/StoreTest\.(GetBlocksUntilAnotherProcessSets|AddFromSeveralProcesses)/
-ASAN_SMOKE_SOAK ?= --ops 1000 --max-bytes 256K --check-every 250 --seed 7 --rss-limit-mib 1024
-
-asan-smoke-build: deps
-	cmake -S . -B $(ASAN_SMOKE_BUILD) -DCMAKE_CXX_COMPILER=$(ASAN_SMOKE_CXX) -DCMAKE_BUILD_TYPE=Debug \
-	  -DCMAKE_CXX_FLAGS_DEBUG="$(ASAN_SMOKE_OPT)" -DCMAKE_CXX_FLAGS="$(ASAN_FLAGS)" \
-	  -DSHOAL_TEST_SOURCES="$(ASAN_SMOKE_SOURCES)" >/dev/null
-	cmake --build $(ASAN_SMOKE_BUILD) -j$(SAN_JOBS) --target shoal-tests shoal-soak
-
-asan-smoke: asan-smoke-build
-	cd $(ASAN_SMOKE_BUILD) && ctest --output-on-failure --timeout 300 -j$(SAN_JOBS) -R '$(ASAN_SMOKE_TESTS)' -E '$(ASAN_SMOKE_EXCLUDE)' $(SAN_CTEST_ARGS)
-	@echo "== soak under ASan: shoal-soak $(ASAN_SMOKE_SOAK)"
-	@$(ASAN_SMOKE_BUILD)/shoal-run -n 4 $(ASAN_SMOKE_BUILD)/shoal-soak $(ASAN_SMOKE_SOAK) > $(ASAN_SMOKE_BUILD)/soak.log 2>&1 \
-	  || { tail -n 60 $(ASAN_SMOKE_BUILD)/soak.log; echo "soak: FAILED (log: $(ASAN_SMOKE_BUILD)/soak.log)"; exit 1; }
-	@tail -n 1 $(ASAN_SMOKE_BUILD)/soak.log
 
 # ---- libFuzzer ---------------------------------------------------------------------------------
 # Each tests/fuzz/<target>.cpp is linked with the few library sources it reaches (instrumented for
@@ -152,5 +129,5 @@ fuzz-smoke: fuzz-build
 	$(call run_fuzzers,$(FUZZ_SMOKE_SECONDS))
 
 # `make test` runs the fuzz smoke first (about 1 min: 4 targets x 10 s, plus their build), then
-# the ASan + UBSan smoke (about 3 min with its build).
-test: fuzz-smoke asan-smoke
+# the suite under ASan + UBSan (about 5 min with its build).
+test: fuzz-smoke asan
