@@ -554,14 +554,18 @@ std::string check_tcp_hello(const uint8_t* hello, const TcpConfig& cfg, int* pee
   return "";
 }
 
+namespace {
+bool on_this_host(const TcpConfig& cfg, int peer) {
+  return static_cast<size_t>(peer) < cfg.same_host.size() && cfg.same_host[peer];
+}
+}  // namespace
+
 int tcp_streams(const TcpConfig& cfg, int peer) {
-  bool local = static_cast<size_t>(peer) < cfg.same_host.size() && cfg.same_host[peer];
-  return local ? cfg.local_streams : cfg.streams;
+  return on_this_host(cfg, peer) ? cfg.local_streams : cfg.streams;
 }
 
 int tcp_notsent_lowat(const TcpConfig& cfg, int peer) {
-  bool local = static_cast<size_t>(peer) < cfg.same_host.size() && cfg.same_host[peer];
-  return local ? cfg.local_notsent_lowat : cfg.notsent_lowat;
+  return on_this_host(cfg, peer) ? cfg.local_notsent_lowat : cfg.notsent_lowat;
 }
 
 std::unique_ptr<Link> make_tcp_link(int peer, const std::vector<int>& data_fds, int control_fd) {
