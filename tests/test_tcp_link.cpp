@@ -135,8 +135,10 @@ struct Net {
   }
 };
 
+// `tweak`, if given, changes the config before set-up (per-host settings, ...).
 Net make_net(shoal::Store& store, int rank, int size, int streams, std::vector<bool> use = {},
-             std::chrono::milliseconds timeout = 10s) {
+             std::chrono::milliseconds timeout = 10s,
+             const std::function<void(shoal::TcpConfig&)>& tweak = {}) {
   if (use.empty()) {
     use.assign(size, true);
     use[rank] = false;
@@ -152,8 +154,18 @@ Net make_net(shoal::Store& store, int rank, int size, int streams, std::vector<b
   cfg.advertise_host = "127.0.0.1";
   cfg.deadline = Clock::now() + timeout;
   cfg.epoll_fd = net.epfd;
+  if (tweak) tweak(cfg);
   net.links = shoal::connect_tcp_links(store, cfg);
   return net;
+}
+
+// Two ranks' nets in this process (threads), `streams` data streams each.
+std::pair<Net, Net> net_pair(shoal::Store& store, int streams) {
+  Net n0, n1;
+  std::thread t([&] { n1 = make_net(store, 1, 2, streams); });
+  n0 = make_net(store, 0, 2, streams);
+  t.join();
+  return {std::move(n0), std::move(n1)};
 }
 
 // A tiny engine: progresses every link until all of reqs complete, sleeping on epoll (1 ms) when
@@ -394,22 +406,12 @@ TEST_F(TcpLinkTest, StreamsAndWatermarkPerPeerHost) {
     };
     auto before = sockets_by_lowat();
     TestDirStore store(dir_);
-    Net net;
-    net.epfd = ::epoll_create1(EPOLL_CLOEXEC);
-    shoal::TcpConfig cfg;
-    cfg.rank = rank;
-    cfg.size = 3;
-    cfg.use_tcp = {rank != 0, rank != 1, rank != 2};
-    cfg.same_host = {rank == 1, rank == 0, false};
-    cfg.streams = kRemoteStreams;
-    cfg.notsent_lowat = kRemoteLowat;
-    cfg.local_streams = kLocalStreams;
-    cfg.local_notsent_lowat = 0;
-    cfg.secret = test_secret();
-    cfg.advertise_host = "127.0.0.1";
-    cfg.deadline = Clock::now() + 10s;
-    cfg.epoll_fd = net.epfd;
-    net.links = shoal::connect_tcp_links(store, cfg);
+    Net net = make_net(store, rank, 3, kRemoteStreams, {}, 10s, [&](shoal::TcpConfig& cfg) {
+      cfg.same_host = {rank == 1, rank == 0, false};
+      cfg.notsent_lowat = kRemoteLowat;
+      cfg.local_streams = kLocalStreams;
+      cfg.local_notsent_lowat = 0;
+    });
     auto after = sockets_by_lowat();
     const int remote = rank == 2 ? 2 : 1, local = rank == 2 ? 0 : 1;  // peers of each kind
     if (after[kRemoteLowat] - before[kRemoteLowat] != remote * (kRemoteStreams + 1)) return 10;
@@ -722,15 +724,6 @@ TEST_F(TcpLinkTest, InvalidConfig) {
 // has consumed, is released as the receiver's reports arrive (an epoll wake-up, not a poll), and
 // fails promptly if the receiver leaves while it is held.
 
-// Two ranks' nets in this process (threads), `streams` data streams each.
-std::pair<Net, Net> net_pair(TestDirStore& store, int streams) {
-  Net n0, n1;
-  std::thread t([&] { n1 = make_net(store, 1, 2, streams); });
-  n0 = make_net(store, 0, 2, streams);
-  t.join();
-  return {std::move(n0), std::move(n1)};
-}
-
 // Progresses `net` for `d`, whatever completes.
 void spin_for(Net& net, std::chrono::milliseconds d) {
   auto until = Clock::now() + d;
@@ -862,10 +855,7 @@ TEST_F(TcpLinkTest, SenderHeldAtTheWindowFailsWhenTheReceiverLeaves) {
 // peer learns that the rank is gone.
 TEST_F(TcpLinkTest, CloseTellsThePeer) {
   TestDirStore store(dir_);
-  Net n0, n1;
-  std::thread t([&] { n1 = make_net(store, 1, 2, 2); });
-  n0 = make_net(store, 0, 2, 2);
-  t.join();
+  auto [n0, n1] = net_pair(store, 2);
   Link* a = n0.links[1].get();
   Link* b = n1.links[0].get();
   ASSERT_TRUE(a && b);
