@@ -258,9 +258,7 @@ class TcpLink final : public Link {
   // connection (a peer may leave once it has consumed everything it needed): send_limit decides.
   void read_reports() {
     while (!ctl_eof_ && ctl_fd_ >= 0) {
-      uint8_t buf[128];
-      std::memcpy(buf, ctl_in_, ctl_in_len_);
-      ssize_t n = ::recv(ctl_fd_, buf + ctl_in_len_, sizeof buf - ctl_in_len_, MSG_DONTWAIT);
+      ssize_t n = ::recv(ctl_fd_, ctl_in_ + ctl_in_len_, sizeof ctl_in_ - ctl_in_len_, MSG_DONTWAIT);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
       if (n <= 0) {
@@ -269,7 +267,7 @@ class TcpLink final : public Link {
       }
       size_t have = ctl_in_len_ + static_cast<size_t>(n), whole = have / 8 * 8;
       for (size_t i = 0; i < whole; i += 8) {
-        uint64_t v = get64(buf + i);
+        uint64_t v = get64(ctl_in_ + i);
         // Consumed counts only grow, and only messages this rank has started can be consumed.
         if (v < credited_ || v > sendq_.tail)
           fail(format("rank %d sent a corrupt flow-control report (%" PRIu64 " consumed; %" PRIu64
@@ -278,7 +276,7 @@ class TcpLink final : public Link {
         credited_ = v;
       }
       ctl_in_len_ = have - whole;
-      std::memcpy(ctl_in_, buf + whole, ctl_in_len_);
+      std::memmove(ctl_in_, ctl_in_ + whole, ctl_in_len_);
     }
   }
 
@@ -429,7 +427,7 @@ class TcpLink final : public Link {
   int ctl_fd_;                  // the control connection (flow-control reports, both ways)
   uint64_t credited_ = 0;       // messages the peer has reported consumed
   uint64_t reported_ = 0;       // what this rank last reported consuming (recvq_.head then)
-  uint8_t ctl_in_[8];           // a report read in part
+  uint8_t ctl_in_[128];         // reports being read; a partial one is kept at the front
   size_t ctl_in_len_ = 0;
   uint8_t ctl_out_[8];          // the report being written
   size_t ctl_out_off_ = sizeof ctl_out_;  // == size: nothing being written
