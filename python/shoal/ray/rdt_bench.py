@@ -2,11 +2,15 @@
 
 * ``shoal``   — Ray Direct Transport over shoal (``@ray.method(tensor_transport="shoal")``);
 * ``objstore`` — Ray's object store (a plain ``@ray.method``);
-* ``gloo``    — Ray's built-in GLOO direct transport (``tensor_transport="gloo"``).
+* ``gloo``    — Ray's built-in GLOO direct transport (``tensor_transport="gloo"``);
+* ``nodata``, ``nodata1`` — the floor (:mod:`shoal.ray.rdt_floor`): a two-sided and a one-sided
+  transport that move no data (the bytes ride in the metadata), so their rate is the most that
+  Ray's RDT machinery allows a transport of that kind; run only up to 64 KiB tensors.
 
 One transfer is one ``ray.get(consumer.take.remote(producer.give.remote()))``: the producer
 returns a tensor it allocated once (so that producing costs nothing), the consumer receives it and
-returns its element count. Transfers run one after another, so a transfer's time includes Ray's
+returns its element count (before timing, one transfer per transport and size is checked:
+the consumer returns the tensor's sum, which must equal its element count). Transfers run one after another, so a transfer's time includes Ray's
 task round trips (what a user sees), and transfers/s is 1 / that time.
 
     python -m shoal.ray.rdt_bench                       # sizes 1, 1Mi, 100Mi float32 elements
@@ -14,6 +18,8 @@ task round trips (what a user sees), and transfers/s is 1 / that time.
 
 Two actors of one CPU each on a local Ray started here (``ray.init``); both groups (shoal and
 gloo) hold the same two actors.
+
+    python -m shoal.ray.rdt_bench --sizes 1 --transports shoal,objstore,gloo,nodata,nodata1
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import time
 from typing import Dict, List
 
 TRANSPORTS = ["shoal", "objstore", "gloo"]
+FLOORS = ["nodata", "nodata1"]  # see shoal.ray.rdt_floor
 _SUFFIX = {"": 1, "k": 1000, "ki": 1 << 10, "m": 1000**2, "mi": 1 << 20, "g": 1000**3, "gi": 1 << 30}
 
 
@@ -75,8 +82,19 @@ def _actor_class():
         def give_objstore(self):
             return self.t
 
+        @ray.method(tensor_transport="nodata")
+        def give_nodata(self):
+            return self.t
+
+        @ray.method(tensor_transport="nodata1")
+        def give_nodata1(self):
+            return self.t
+
         def take(self, t) -> int:
             return t.numel()
+
+        def checksum(self, t) -> float:
+            return float(t.sum())
 
     return Peer
 
@@ -100,9 +118,10 @@ def run(sizes: List[int], transports: List[str], min_time: float, min_iters: int
     import ray
     from ray.experimental.collective import create_collective_group, destroy_collective_group
 
-    from shoal.ray import register
+    from shoal.ray import rdt_floor, register
 
     register()  # idempotent; needed before @ray.method(tensor_transport="shoal") is evaluated
+    rdt_floor.register()
     Peer = _actor_class()
     src, dst = Peer.remote(), Peer.remote()
     groups = []
@@ -116,7 +135,12 @@ def run(sizes: List[int], transports: List[str], min_time: float, min_iters: int
             ray.get(src.alloc.remote(n))
             row = {"elements": n, "bytes": 4 * n, "dtype": "float32"}
             for tr in transports:
+                if tr in FLOORS and 4 * n > rdt_floor.MAX_BYTES:
+                    continue
                 give = getattr(src, f"give_{tr}")
+                got = ray.get(dst.checksum.remote(give.remote()))
+                if got != n:
+                    raise AssertionError(f"rdt_bench: {tr} delivered a wrong tensor of {n} elements: sum {got}")
 
                 def once():
                     got = ray.get(dst.take.remote(give.remote()))
@@ -149,7 +173,7 @@ def table(rows: List[dict], transports: List[str]) -> str:
     lines = [head]
     for r in rows:
         line = f"{fmt_count(r['elements']):>10} {r['bytes']:>12}"
-        line += "".join(f" {r[t]['per_s']:>12.1f}" for t in transports)
+        line += "".join(f" {r[t]['per_s']:>12.1f}" if t in r else f" {'-':>12}" for t in transports)
         line += "".join(f" {r['shoal/' + b]:>13.2f}x" for b in ratios)
         lines.append(line)
     return "\n".join(lines)
@@ -159,7 +183,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m shoal.ray.rdt_bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="1,1Mi,100Mi",
                    help="float32 element counts, comma separated (suffixes Ki, Mi, Gi, k, M, G)")
-    p.add_argument("--transports", default=",".join(TRANSPORTS), help="subset of " + ",".join(TRANSPORTS))
+    p.add_argument("--transports", default=",".join(TRANSPORTS + FLOORS), help="subset of " + ",".join(TRANSPORTS + FLOORS))
     p.add_argument("--min-time", type=float, default=2.0, help="seconds per (size, transport), at least")
     p.add_argument("--min-iters", type=int, default=10, help="transfers per (size, transport), at least "
                    "(half of it from 16Mi elements up)")
@@ -170,9 +194,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     sizes = [parse_count(s) for s in a.sizes.split(",") if s.strip()]
     transports = [t.strip() for t in a.transports.split(",") if t.strip()]
-    bad = [t for t in transports if t not in TRANSPORTS]
+    bad = [t for t in transports if t not in TRANSPORTS + FLOORS]
     if bad:
-        p.error(f"unknown transport(s) {bad}; choose from {TRANSPORTS}")
+        p.error(f"unknown transport(s) {bad}; choose from {TRANSPORTS + FLOORS}")
 
     import ray
 
