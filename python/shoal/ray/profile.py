@@ -18,7 +18,8 @@ Each trial, in every actor: refill ``--batch`` buffers with this rank's input, `
 on the group under test, then time ``--batch`` back-to-back calls, one per buffer, with
 ``time.perf_counter`` (inside the actor: no Ray task overhead; default batch 16 up to 1 MiB, so
 that small ops are timed as a loop, as user code calls them, and not only cold after a barrier;
-1 above), then compare every buffer with the numpy reference, exactly (the inputs are small
+1 above), ``col.barrier`` again (untimed: so that no rank's checking and refilling competes for
+the cores with a rank still in the timed calls), then compare every buffer with the numpy reference, exactly (the inputs are small
 integers, so every summation order gives the same float32 result); a wrong result raises.
 Warm-up trials run and are checked the same way but not timed. The reported time is the largest
 over ranks of each rank's **median** time per call (trial time / batch; p2p: over the two ranks
@@ -173,6 +174,7 @@ class ProfileWorker:
                 else:
                     buf.fill(-1.0)
             col.barrier(group)
+            dt = None
             if kind == "allreduce":
                 t0 = time.perf_counter()
                 for buf in bufs:
@@ -188,8 +190,13 @@ class ProfileWorker:
                 for buf in bufs:
                     col.recv(buf, P2P_SRC, group)
                 dt = time.perf_counter() - t0
-            else:
-                continue  # not part of this p2p pair: only the barrier
+            # Untimed: no rank checks or refills (the harness's own work) while another is still
+            # in the timed calls. With more ranks than cores that work would take the cores from
+            # the ranks still returning and be counted in their time
+            # (scripts/allreduce_after_work.py --barrier-after shows the effect).
+            col.barrier(group)
+            if dt is None:
+                continue  # not part of this p2p pair: only the barriers
             for k, buf in enumerate(bufs):
                 if expected is not None:
                     if not np.array_equal(buf, expected):
