@@ -19,8 +19,9 @@ on the group under test, then time ``--batch`` back-to-back calls, one per buffe
 ``time.perf_counter`` (inside the actor: no Ray task overhead; default batch 16 up to 1 MiB, so
 that small ops are timed as a loop, as user code calls them, and not only cold after a barrier;
 1 above), ``col.barrier`` again (untimed: so that no rank's checking and refilling competes for
-the cores with a rank still in the timed calls), then compare every buffer with the numpy reference, exactly (the inputs are small
-integers, so every summation order gives the same float32 result); a wrong result raises.
+the cores with a rank still in the timed calls), then compare every buffer with the numpy
+reference, exactly (the inputs are small integers, so every summation order gives the same
+float32 result); a wrong result raises.
 Warm-up trials run and are checked the same way but not timed. The reported time is the largest
 over ranks of each rank's **median** time per call (trial time / batch; p2p: over the two ranks
 involved); the JSON also has the means. ``--verify-algos`` attaches gdb to rank 0 afterwards

@@ -9,9 +9,10 @@
 
 One transfer is one ``ray.get(consumer.take.remote(producer.give.remote()))``: the producer
 returns a tensor it allocated once (so that producing costs nothing), the consumer receives it and
-returns its element count (before timing, one transfer per transport and size is checked:
-the consumer returns the tensor's sum, which must equal its element count). Transfers run one after another, so a transfer's time includes Ray's
-task round trips (what a user sees), and transfers/s is 1 / that time.
+returns its element count. Before timing, one transfer per transport and size is checked: the
+consumer returns the tensor's sum, which must equal its element count. Transfers run one after
+another, so a transfer's time includes Ray's task round trips (what a user sees), and
+transfers/s is 1 / that time.
 
     python -m shoal.ray.rdt_bench                       # sizes 1, 1Mi, 100Mi float32 elements
     python -m shoal.ray.rdt_bench --sizes 1,64Ki --min-time 1 --json out.json
@@ -19,7 +20,7 @@ task round trips (what a user sees), and transfers/s is 1 / that time.
 Two actors of one CPU each on a local Ray started here (``ray.init``); both groups (shoal and
 gloo) hold the same two actors.
 
-    python -m shoal.ray.rdt_bench --sizes 1 --transports shoal,objstore,gloo,nodata,nodata1
+    python -m shoal.ray.rdt_bench --sizes 1 --transports shoal,objstore,nodata   # shoal against its floor
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def _actor_class():
             return t.numel()
 
         def checksum(self, t) -> float:
-            return float(t.sum())
+            return float(t.sum(dtype=torch.float64))  # exact for any count of ones
 
     return Peer
 
@@ -183,7 +184,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m shoal.ray.rdt_bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="1,1Mi,100Mi",
                    help="float32 element counts, comma separated (suffixes Ki, Mi, Gi, k, M, G)")
-    p.add_argument("--transports", default=",".join(TRANSPORTS + FLOORS), help="subset of " + ",".join(TRANSPORTS + FLOORS))
+    p.add_argument("--transports", default=",".join(TRANSPORTS + FLOORS),
+                   help="subset of " + ",".join(TRANSPORTS + FLOORS))
     p.add_argument("--min-time", type=float, default=2.0, help="seconds per (size, transport), at least")
     p.add_argument("--min-iters", type=int, default=10, help="transfers per (size, transport), at least "
                    "(half of it from 16Mi elements up)")
