@@ -27,12 +27,6 @@ import statistics
 import time
 
 
-def parse_size(s: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    s = s.strip().upper()
-    return int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", default="32M", help="bytes of the tensor (suffix K, M, G)")
@@ -48,6 +42,7 @@ def main() -> None:
     import torch.distributed as dist
 
     import shoal  # noqa: F401  registers the backend
+    from shoal.bench import parse_size
 
     dist.init_process_group(a.backend)
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -1,6 +1,6 @@
 """The floor for data-movement collectives over loopback TCP: the op's bytes, moved by plain sockets.
 
-    python3 scripts/tcp_floor.py [--ranks 4] [--sizes 16M,64M] [--ops broadcast,gather,allgather,alltoall]
+    .venv/bin/python scripts/tcp_floor.py [--ranks 4] [--sizes 16M,64M] [--ops broadcast,gather,allgather,alltoall]
         [--iters 5]
 
 Starts --ranks processes on this host, one TCP connection per pair over 127.0.0.1 (default socket
@@ -29,12 +29,6 @@ import threading
 import time
 
 OPS = ["broadcast", "gather", "allgather", "alltoall"]
-
-
-def parse_size(s: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    s = s.strip().upper()
-    return int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)
 
 
 def recv_exact(sock: socket.socket, view: memoryview) -> None:
@@ -124,6 +118,8 @@ def run_rank(rank: int, world: int, base_port: int, ops, sizes, iters: int, out)
 
 
 def main() -> None:
+    from shoal.bench import parse_size  # here, not at the top: the spawned ranks need none of shoal
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--sizes", default="16M,64M")
