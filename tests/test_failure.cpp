@@ -32,7 +32,8 @@ using namespace shoal_test;
 namespace {
 
 constexpr double kDetectBound = 5.0;   // seconds from a peer's death to the error (spec: ~2 s)
-constexpr double kAfterBound = 1.0;    // seconds for an op after the failure to fail
+constexpr double kAfterBound = 2.5;    // seconds for an op after the failure to fail (at once, with
+                                       // slack for a loaded machine: well under kDetectBound)
 
 // Shared between the ranks of one run (and copied back to the parent).
 struct Shared {

@@ -1,8 +1,9 @@
-// Reduction kernels (src/reduce) and the dtype helpers (shoal/types.h).
+// Reduction kernels and the streaming copy (src/reduce), and the dtype helpers (shoal/types.h).
 //
 // Every kernel set the CPU can run (scalar, avx2, avx512) is exercised in-process through the
 // test-only hook reduce_impl::set_level_for_testing; SHOAL_SIMD itself is checked in child
-// processes. Results are compared with a naive reference written here: double / int64 arithmetic
+// processes. With SHOAL_SIMD set (ctest runs the file so with avx2 and with scalar), every test
+// runs on that one level instead, selected as the library selects it. Results are compared with a naive reference written here: double / int64 arithmetic
 // then converted, with f16/bf16 converted by this file's own (frexp/nearbyint) converter.
 // Float inputs are chosen so that f32 accumulation is exact (multiples of a power of two, or
 // products of small significands): the kernels' f32 accumulation and the double reference then
@@ -17,12 +18,14 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "reduce/copy.h"
 #include "reduce/half.h"
 #include "reduce/kernels.h"
 #include "reduce/reduce.h"
@@ -322,7 +325,16 @@ std::vector<ReduceOp> kernel_ops(DType dt) {
   return ops;
 }
 
+// SHOAL_SIMD when set to a level (ctest's simd_avx2.* and simd_scalar.* runs of this file), else null.
+const char* simd_env() {
+  const char* v = std::getenv("SHOAL_SIMD");
+  return v && *v && std::strcmp(v, "auto") != 0 ? v : nullptr;
+}
+
+// The kernel sets to test: every one this CPU runs; under SHOAL_SIMD only the one it selects, as
+// the library selects it (from the environment, not the test hook), so the whole file runs on it.
 std::vector<ri::SimdLevel> levels() {
+  if (simd_env()) return {ri::current_level()};
   std::vector<ri::SimdLevel> out;
   for (ri::SimdLevel l : {ri::SimdLevel::scalar, ri::SimdLevel::avx2, ri::SimdLevel::avx512})
     if (static_cast<int>(l) <= static_cast<int>(ri::cpu_max_level())) out.push_back(l);
@@ -441,6 +453,16 @@ TEST(ReduceKernelLevels, EveryAvailableLevelIsSelectable) {
   }
 }
 
+TEST(ReduceKernelLevels, SimdEnvSelectsLevelInUse) {
+  const char* v = simd_env();
+  if (!v) GTEST_SKIP() << "SHOAL_SIMD is not set";
+  const ri::SimdLevel want = ri::level_for_env(v, ri::cpu_max_level());
+  EXPECT_EQ(ri::current_level(), want) << "SHOAL_SIMD=" << v;
+  EXPECT_STREQ(simd_level(), ri::level_name(want));
+  if (want != ri::level_for_env(v, ri::SimdLevel::avx512))
+    std::printf("SHOAL_SIMD=%s: this CPU runs at most %s; testing that\n", v, ri::level_name(want));
+}
+
 TEST(ReduceKernelLevels, EnvValueParsingClampsToCpu) {
   using L = ri::SimdLevel;
   bool ok = false;
@@ -469,19 +491,30 @@ TEST(ReduceKernelLevels, ChildReportsLevel) {
   std::fflush(stdout);
 }
 
-std::string run_child_with_simd(const char* value) {
+// Runs ChildReportsLevel in a child with SHOAL_SIMD=value (unset when null) and warnings logged.
+// Returns the level it reports and whether it warned about SHOAL_SIMD, or the failure.
+struct ChildLevel {
+  std::string level, error;
+  bool warned = false;
+};
+
+ChildLevel run_child_with_simd(const char* value) {
+  ChildLevel r;
   int fds[2];
-  if (pipe(fds) != 0) return "pipe failed";
+  if (pipe(fds) != 0) return {"", "pipe failed"};
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
   posix_spawn_file_actions_addclose(&fa, fds[0]);
   std::vector<std::string> env_store;
   for (char** e = environ; *e; ++e)
-    if (std::strncmp(*e, "SHOAL_SIMD=", 11) != 0 && std::strncmp(*e, "GTEST_", 6) != 0) env_store.emplace_back(*e);
-  env_store.push_back(std::string("SHOAL_SIMD=") + value);
+    if (std::strncmp(*e, "SHOAL_SIMD=", 11) != 0 && std::strncmp(*e, "SHOAL_LOG=", 10) != 0 &&
+        std::strncmp(*e, "GTEST_", 6) != 0)
+      env_store.emplace_back(*e);
+  if (value) env_store.push_back(std::string("SHOAL_SIMD=") + value);
   env_store.push_back("SHOAL_REDUCE_TEST_CHILD=1");
-  env_store.push_back("SHOAL_LOG=error");
+  env_store.push_back("SHOAL_LOG=warn");
   std::vector<char*> envp;
   for (auto& s : env_store) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -493,7 +526,7 @@ std::string run_child_with_simd(const char* value) {
   close(fds[1]);
   if (rc != 0) {
     close(fds[0]);
-    return "spawn failed";
+    return {"", "spawn failed"};
   }
   std::string out;
   char buf[4096];
@@ -502,17 +535,28 @@ std::string run_child_with_simd(const char* value) {
   close(fds[0]);
   int status = 0;
   waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "child failed: " + out;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return {"", "child failed: " + out};
   const std::string key = "SHOAL_TEST_SIMD_LEVEL=";
   const size_t at = out.find(key);
-  if (at == std::string::npos) return "no level in child output: " + out;
-  return out.substr(at + key.size(), out.find('\n', at) - at - key.size());
+  if (at == std::string::npos) return {"", "no level in child output: " + out};
+  r.level = out.substr(at + key.size(), out.find('\n', at) - at - key.size());
+  r.warned = out.find("warn: SHOAL_SIMD") != std::string::npos;
+  return r;
 }
 
+// The level SHOAL_SIMD asks for, clamped to the CPU; a warning exactly when the value is not a
+// level or asks for more than the CPU has (never when it is unset, empty or "auto").
 TEST(ReduceKernelLevels, SimdEnvForcesLevel) {
-  for (const char* v : {"scalar", "avx2", "avx512", "auto", "bogus"}) {
-    const std::string want = ri::level_name(ri::level_for_env(v, ri::cpu_max_level()));
-    EXPECT_EQ(run_child_with_simd(v), want) << "SHOAL_SIMD=" << v;
+  const ri::SimdLevel cpu = ri::cpu_max_level();
+  for (const char* v : {static_cast<const char*>(nullptr), "", "scalar", "avx2", "avx512", "auto", "bogus"}) {
+    const std::string name = v ? std::string("SHOAL_SIMD=") + v : "SHOAL_SIMD unset";
+    const ChildLevel got = run_child_with_simd(v);
+    ASSERT_EQ(got.error, "") << name;
+    EXPECT_EQ(got.level, ri::level_name(ri::level_for_env(v, cpu))) << name;
+    bool recognised = true;
+    const bool clamped = ri::level_for_env(v, cpu, &recognised) != ri::level_for_env(v, ri::SimdLevel::avx512);
+    const bool want_warning = v && *v && std::strcmp(v, "auto") != 0 && (!recognised || clamped);
+    EXPECT_EQ(got.warned, want_warning) << name;
   }
 }
 
@@ -677,6 +721,28 @@ class PageEnd {
   size_t page_;
   uint8_t* base_;
 };
+
+// copy_streaming (large outputs of the shm algorithms): non-temporal stores from the avx2 level,
+// memcpy below it; every length around the 4 KiB cut-over, the 128-byte blocks and the 32-byte
+// aligned head, at every destination alignment within a cache line.
+TEST(CopyStreaming, CopiesExactlyAtEveryLevel) {
+  Rng rng(23);
+  const size_t lengths[] = {0, 1, 31, 4095, 4096, 4097, 4096 + 127, 4096 + 160, 65536 + 33, (size_t(1) << 20) + 5};
+  for (auto l : levels()) {
+    UseLevel use(l);
+    for (size_t n : lengths) {
+      Bytes src(n + 64);
+      random_bytes(src.data(), src.size(), rng);
+      for (size_t dst_off : {size_t(0), size_t(1), size_t(17), size_t(32), size_t(63)}) {
+        Guarded dst(DType::u8, n, dst_off);
+        const uint8_t* from = src.data() + (dst_off * 7) % 64;  // the source misaligned too
+        copy_streaming(dst.data(), from, n);
+        ASSERT_EQ(std::memcmp(dst.data(), from, n), 0) << ri::level_name(l) << ", " << n << " bytes, offset " << dst_off;
+        ASSERT_TRUE(dst.guards_intact()) << ri::level_name(l) << ", " << n << " bytes, offset " << dst_off;
+      }
+    }
+  }
+}
 
 TEST(ReduceKernels, NothingTouchedPastTheEnd) {
   PageEnd a, b, c, d;

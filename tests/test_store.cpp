@@ -229,7 +229,7 @@ TEST_P(StoreTest, GetTimesOutNamingTheKey) {
   }
   long ms = ms_since(t0);
   EXPECT_GE(ms, 190);
-  EXPECT_LT(ms, 500);
+  EXPECT_LT(ms, 2000);  // the 200 ms deadline is kept, not the store's default (slack for a loaded machine)
 
   EXPECT_THROW(store().get("missing-key", 0ms), shoal::Timeout);
 }
@@ -248,7 +248,7 @@ TEST_P(StoreTest, WaitTimesOutNamingTheMissingKeys) {
   }
   long ms = ms_since(t0);
   EXPECT_GE(ms, 190);
-  EXPECT_LT(ms, 500);
+  EXPECT_LT(ms, 2000);  // the 200 ms deadline is kept, not the store's default (slack for a loaded machine)
 }
 
 TEST_P(StoreTest, AddFromSeveralProcesses) {

@@ -46,11 +46,13 @@ def make_model(seed: int = SEED, hidden: int = 128):
     return nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 10))
 
 
-def train(rank: int, world_size: int, group=None, epochs: int = 8, mode: str = "ddp", verbose: bool = False, label: str = ""):
-    """Trains make_model() on the digits with `mode` "ddp" (DistributedDataParallel over `group`)
-    or "fsdp" (FSDP2 fully_shard over a device mesh of `group`). Returns {"losses": per-epoch loss
-    averaged over all steps and ranks, "accuracy": on the held-out images, "seconds": training
-    time, "epoch_seconds": per epoch}. Every rank must call it."""
+def train(rank: int, world_size: int, group=None, epochs: int = 8, mode: str = "ddp", verbose: bool = False,
+          label: str = "", comm_hook=None):
+    """Trains make_model() on the digits with `mode` "ddp" (DistributedDataParallel over `group`,
+    with `comm_hook` registered if given) or "fsdp" (FSDP2 fully_shard over a device mesh of
+    `group`). Returns {"losses": per-epoch loss averaged over all steps and ranks, "accuracy": on
+    the held-out images, "params": the trained parameters, whole and flattened into one tensor,
+    "seconds": training time, "epoch_seconds": per epoch}. Every rank must call it."""
     import torch
     import torch.distributed as dist
     import torch.nn as nn
@@ -61,6 +63,8 @@ def train(rank: int, world_size: int, group=None, epochs: int = 8, mode: str = "
     model = make_model()
     if mode == "ddp":
         net = nn.parallel.DistributedDataParallel(model, process_group=group)
+        if comm_hook is not None:
+            net.register_comm_hook(None, comm_hook)
     elif mode == "fsdp":
         from torch.distributed.device_mesh import DeviceMesh
         from torch.distributed.fsdp import fully_shard
@@ -97,7 +101,8 @@ def train(rank: int, world_size: int, group=None, epochs: int = 8, mode: str = "
     seconds = time.perf_counter() - start
     with torch.no_grad():
         accuracy = (net(x_test).argmax(1) == y_test).double().mean().item()
-    return {"losses": losses, "accuracy": accuracy, "seconds": seconds, "epoch_seconds": epoch_seconds}
+        params = torch.cat([(p.full_tensor() if mode == "fsdp" else p).detach().flatten() for p in net.parameters()])
+    return {"losses": losses, "accuracy": accuracy, "params": params, "seconds": seconds, "epoch_seconds": epoch_seconds}
 
 
 def _rank(rank, world_size, backend, epochs):

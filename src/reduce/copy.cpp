@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "reduce/kernels.h"
+
 namespace shoal {
 namespace {
 
@@ -32,15 +34,12 @@ __attribute__((target("avx2"))) void copy_nt_avx2(uint8_t* d, const uint8_t* s, 
   std::memcpy(d + i, s + i, n - i);
 }
 
-bool have_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2");
-  return yes;
-}
-
 }  // namespace
 
+// The kernel level decides, so that SHOAL_SIMD=scalar also runs (and tests) the plain copy of a
+// CPU without AVX2.
 void copy_streaming(void* dst, const void* src, size_t n) {
-  if (n < 4096 || !have_avx2()) {
+  if (n < 4096 || reduce_impl::current_level() < reduce_impl::SimdLevel::avx2) {
     std::memcpy(dst, src, n);
     return;
   }

@@ -69,9 +69,10 @@ const KernelTable* select_from_env() {
   const SimdLevel cpu = cpu_max_level();
   bool recognised = true;
   const SimdLevel level = level_for_env(env, cpu, &recognised);
+  const bool forced = env != nullptr && *env != '\0' && std::strcmp(env, "auto") != 0;
   if (!recognised) {
     SHOAL_LOG(warn, "SHOAL_SIMD=%s not recognised (scalar, avx2, avx512, auto); using %s", env, level_name(level));
-  } else if (level != level_for_env(env, SimdLevel::avx512)) {
+  } else if (forced && level != level_for_env(env, SimdLevel::avx512)) {
     SHOAL_LOG(warn, "SHOAL_SIMD=%s: this CPU cannot run it; using %s", env, level_name(level));
   }
   SHOAL_LOG(debug, "reduce kernels: %s (cpu supports up to %s)", level_name(level), level_name(cpu));

@@ -35,7 +35,8 @@ def _train_loop(config):
     res = train(rank, size, epochs=config["epochs"])
     on_shoal = torch.tensor([1.0 if shoal.torch.is_shoal_group() else 0.0])
     dist.all_reduce(on_shoal)
-    res.update(rank=rank, size=size, backend=dist.get_backend(), shoal_ranks=on_shoal.item())
+    res.update(rank=rank, size=size, backend=dist.get_backend(), shoal_ranks=on_shoal.item(),
+               params=res["params"].tolist())
     with open(os.path.join(config["out"], f"rank{rank}.json"), "w") as f:
         json.dump(res, f)
     ray.train.report({"loss": res["losses"][-1], "accuracy": res["accuracy"]})
@@ -77,5 +78,6 @@ def test_torch_trainer_on_shoal(ray_local, tmp_path, monkeypatch):
         assert len(x["losses"]) == EPOCHS
     losses = res[0]["losses"]
     assert res[1]["losses"] == losses  # the all-reduced per-epoch means agree on every rank
+    assert res[1]["params"] == res[0]["params"]  # DDP kept the replicas identical
     assert losses[-1] < 0.5 * losses[0], losses
     assert res[0]["accuracy"] > 0.9, res[0]["accuracy"]
