@@ -4,14 +4,15 @@
 BUILD ?= build
 JOBS ?= 2
 PY := .venv/bin/python
-APT_PACKAGES := cmake g++ make libgloo-dev libgtest-dev libgmock-dev iproute2 iperf3
+# Gloo and Open MPI are the peers shoal-bench measures shoal against (--vs gloo, --vs ompi).
+APT_PACKAGES := cmake g++ make libgloo-dev libgtest-dev libgmock-dev iproute2 iperf3 openmpi-bin libopenmpi-dev
 
 .PHONY: all setup deps venv build test demo bench clean
 
 all: build
 
 deps: .deps-stamp
-.deps-stamp:
+.deps-stamp: Makefile
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \

@@ -81,7 +81,9 @@ std::string usage() {
       "  --algo A               auto ring bde mst direct rd scatter_allgather linear hier (default auto)\n"
       "  --transport T          auto shm tcp (sets SHOAL_TRANSPORT for the ranks)\n"
       "  --check                verify every result against a reference computed on each rank\n"
-      "  --vs gloo              also run Gloo (TCP transport) and print its time, busbw, ratio\n"
+      "  --vs PEER              also run PEER and print its time, busbw and ratio to shoal: gloo (its TCP\n"
+      "                         transport), ompi (Open MPI, ranks started by mpirun); repeat or list: gloo,ompi\n"
+      "  --mpirun-args ARGS     extra mpirun arguments for --vs ompi (e.g. \"--mca coll_tuned_use_dynamic_rules 1\")\n"
       "  --json FILE            rank 0 writes the results to FILE as JSON\n"
       "  --iters N              timed iterations per size (default adaptive: ~0.2 s, 3..1000)\n"
       "  --warmup N             untimed iterations per size (default 5, or 2 from 8M)\n"
@@ -143,8 +145,18 @@ Config parse_args(const std::vector<std::string>& args) {
       c.check = true;
     } else if (a == "--vs") {
       std::string v = next();
-      if (v != "gloo") throw std::invalid_argument("--vs: only 'gloo' is supported");
-      c.vs_gloo = true;
+      size_t start = 0;
+      for (;;) {
+        const size_t comma = v.find(',', start);
+        const std::string peer = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        if (peer == "gloo") c.vs_gloo = true;
+        else if (peer == "ompi") c.vs_ompi = true;
+        else throw std::invalid_argument("--vs: '" + peer + "' is not a peer (gloo, ompi)");
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    } else if (a == "--mpirun-args") {
+      c.mpirun_args = next();
     } else if (a == "--json") {
       c.json_path = next();
     } else if (a == "--iters" || a == "-i" || a == "--iterations") {

@@ -1,8 +1,9 @@
 // shoal-bench: shared declarations of the benchmark CLI (src/bench/*.cpp). See docs/bench.md.
 //
-// One process (the launcher) starts a TcpStore server and forks/execs itself once per rank; each
-// rank builds a shoal::Communicator (and, with --vs gloo, a Gloo context) and runs the sweep;
-// rank 0 prints the table. Coordination between ranks (syncs, the iteration count, the results)
+// One process (the launcher) starts a TcpStore server and forks/execs itself once per rank (with
+// --vs ompi: runs mpirun, which starts them); each rank builds a shoal::Communicator (and the
+// peers: with --vs gloo a Gloo context, with --vs ompi Open MPI) and runs the sweep; rank 0
+// prints the table. Coordination between ranks (syncs, the iteration count, the results)
 // goes through the store only, so that a failing backend never desynchronises the sweep.
 #pragma once
 #include <chrono>
@@ -39,6 +40,8 @@ struct Config {
   bool transport_given = false;
   bool check = false;
   bool vs_gloo = false;
+  bool vs_ompi = false;
+  std::string mpirun_args;  // extra arguments for mpirun (--vs ompi), split at spaces
   std::string json_path;
   int iters = 0;    // 0 = adaptive
   int warmup = -1;  // -1 = by size (5 below 8 MiB, 2 from there)
@@ -112,6 +115,13 @@ std::unique_ptr<Runner> make_gloo_runner(std::shared_ptr<Store> store, int rank,
 // One line describing how gloo runs `op` (device and algorithm), for the table header.
 std::string gloo_description(Op op, const Runner* gloo);
 bool have_gloo();
+
+// Open MPI in the ranks' own processes (launch.cpp starts them with mpirun for --vs ompi). Returns
+// null with `why` set when the rank was not started by mpirun or its MPI rank differs.
+std::unique_ptr<Runner> make_ompi_runner(int rank, int size, std::string* why);
+std::string ompi_description();  // the table header's line
+bool have_ompi();                // built with Open MPI
+std::string mpirun_path();       // the mpirun found at build time
 
 // Launcher side: forks/execs this binary `cfg.ranks` times and waits. Returns the exit status.
 int launch(const Config& cfg, const char* self);

@@ -1,7 +1,9 @@
 // shoal-bench: the launcher. Starts a shoal::TcpStore server on 127.0.0.1 (any free port), then
 // forks and execs this binary once per rank with SHOAL_RANK, SHOAL_WORLD_SIZE,
 // SHOAL_STORE=127.0.0.1:PORT, SHOAL_STORE_SERVER=0 (and SHOAL_TRANSPORT per --transport), waits for
-// every rank, and when one fails kills the others (SIGTERM, then SIGKILL after 5 s).
+// every rank, and when one fails kills the others (SIGTERM, then SIGKILL after 5 s). With --vs ompi
+// it runs `mpirun --oversubscribe -n N` of this binary instead (the ranks take their rank from
+// mpirun), and mpirun stops the others when one fails.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
@@ -69,7 +71,29 @@ int launch(const Config& cfg, const char* self) {
     if (len > 0) exe.assign(buf, static_cast<size_t>(len));
   }
   std::vector<std::string> argv_s;
-  argv_s.push_back("shoal-bench");
+  const bool via_mpirun = cfg.vs_ompi && have_ompi();
+  if (via_mpirun) {
+    // One mpirun starts every rank, as an MPI user starts a job; it passes these variables on.
+    const std::string self_path = exe;
+    exe = mpirun_path();
+    argv_s = {"mpirun", "--oversubscribe", "-n", std::to_string(n)};
+    if (geteuid() == 0) argv_s.push_back("--allow-run-as-root");
+    for (const char* name : {"SHOAL_WORLD_SIZE", "SHOAL_STORE", "SHOAL_STORE_SERVER", "SHOAL_TRANSPORT"})
+      for (const auto& e : env_keep)
+        if (e.rfind(std::string(name) + "=", 0) == 0) argv_s.insert(argv_s.end(), {"-x", e});
+    std::string word;
+    for (char ch : cfg.mpirun_args + " ") {
+      if (ch != ' ') {
+        word += ch;
+      } else if (!word.empty()) {
+        argv_s.push_back(word);
+        word.clear();
+      }
+    }
+    argv_s.push_back(self_path);
+  } else {
+    argv_s.push_back("shoal-bench");
+  }
   for (const auto& a : cfg.argv) argv_s.push_back(a);
   std::vector<char*> argv_p;
   for (auto& a : argv_s) argv_p.push_back(a.data());
@@ -84,11 +108,12 @@ int launch(const Config& cfg, const char* self) {
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t parent = getpid();
-  std::vector<pid_t> pids(n, -1);
-  for (int r = 0; r < n; ++r) {
+  const int nproc = via_mpirun ? 1 : n;  // the processes this launcher starts and waits for
+  std::vector<pid_t> pids(nproc, -1);
+  for (int r = 0; r < nproc; ++r) {
     std::vector<char*> envp;
     for (auto& e : env_keep) envp.push_back(e.data());
-    envp.push_back(rank_env[r].data());
+    if (!via_mpirun) envp.push_back(rank_env[r].data());
     envp.push_back(nullptr);
     pid_t pid = fork();
     if (pid < 0) {
@@ -101,20 +126,21 @@ int launch(const Config& cfg, const char* self) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);  // a rank never outlives the launcher
       if (getppid() != parent) _exit(126);
       execve(exe.c_str(), argv_p.data(), envp.data());
+      std::fprintf(stderr, "shoal-bench: cannot run %s: %s\n", exe.c_str(), std::strerror(errno));
       _exit(127);
     }
     pids[r] = pid;
   }
 
-  int remaining = n;
+  int remaining = nproc;
   bool failed = false, failed_soft = false, reported = false;
   auto rank_of = [&](pid_t pid) {
-    for (int r = 0; r < n; ++r)
+    for (int r = 0; r < nproc; ++r)
       if (pids[r] == pid) return r;
     return -1;
   };
   auto kill_rest = [&](int sig) {
-    for (int r = 0; r < n; ++r)
+    for (int r = 0; r < nproc; ++r)
       if (pids[r] > 0) kill(pids[r], sig);
   };
   while (remaining > 0) {
@@ -146,7 +172,10 @@ int launch(const Config& cfg, const char* self) {
     }
     if (!ok && !failed) {
       failed = true;
-      std::fprintf(stderr, "shoal-bench: rank %d %s; stopping the other ranks\n", r, describe_status(st).c_str());
+      if (via_mpirun)
+        std::fprintf(stderr, "shoal-bench: mpirun %s\n", describe_status(st).c_str());
+      else
+        std::fprintf(stderr, "shoal-bench: rank %d %s; stopping the other ranks\n", r, describe_status(st).c_str());
       kill_rest(SIGTERM);
       // Give them 5 s to go, then SIGKILL.
       auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);

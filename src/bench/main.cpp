@@ -1,5 +1,5 @@
-// shoal-bench: entry point. Without SHOAL_RANK in the environment it is the launcher (launch.cpp);
-// with it, one rank of the benchmark (worker.cpp).
+// shoal-bench: entry point. Without SHOAL_RANK (or mpirun's OMPI_COMM_WORLD_RANK) in the
+// environment it is the launcher (launch.cpp); with it, one rank of the benchmark (worker.cpp).
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    if (std::getenv("SHOAL_RANK")) return worker_main(cfg);
+    if (std::getenv("SHOAL_RANK") || std::getenv("OMPI_COMM_WORLD_RANK")) return worker_main(cfg);
     return launch(cfg, argv[0]);
   } catch (const std::exception& e) {
     const char* r = std::getenv("SHOAL_RANK");

@@ -1,10 +1,10 @@
-// shoal-bench: one rank. Builds the communicator (and the Gloo context), sweeps the sizes, and on
-// rank 0 prints the table and writes the JSON.
+// shoal-bench: one rank. Builds the communicator (and the peers': a Gloo context, Open MPI), sweeps
+// the sizes, and on rank 0 prints the table and writes the JSON.
 //
-// Per size, for each backend (shoal, then gloo): optional check run, warmup; then the ranks agree
-// on the iteration count (through the store: same count on every rank and for both backends);
-// then for each backend: store sync, the backend's own barrier, the timed loop. The per-rank
-// averages go through the store to every rank; the row shows the max over ranks.
+// Per size, for each backend (shoal, then each peer): optional check run, warmup; then the ranks
+// agree on the iteration count (through the store: same count on every rank and for every
+// backend); then for each backend: store sync, the backend's own barrier, the timed loop. The
+// per-rank averages go through the store to every rank; the row shows the max over ranks.
 //
 // All coordination goes through the store, never through the backends, so a failing backend only
 // fills its columns with the error. An InvalidArgument (e.g. an --algo that does not apply to the
@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 
@@ -120,10 +121,17 @@ struct Result {
 struct Row {
   size_t bytes = 0, count = 0;
   int iters = 0;
-  Result shoal, gloo;
-  bool has_gloo = false;
-  std::string skipped;  // why the size was not run at all
-  std::string algo;     // the algorithm shoal ran (its automatic choice or --algo); "" for sendrecv
+  std::vector<Result> res;  // by backend: shoal first, then the peers in the order of Backends
+  std::string skipped;      // why the size was not run at all
+  std::string algo;         // the algorithm shoal ran (its automatic choice or --algo); "" for sendrecv
+};
+
+// The backends of this run: shoal, then the peers asked for with --vs (those built in), and the
+// line describing each peer for the table header and the JSON.
+struct Backends {
+  std::vector<std::string> names;
+  std::vector<std::string> lines;  // by backend; "" for shoal
+  std::vector<std::string> notes;  // header lines of peers asked for but not available
 };
 
 std::string machine_model() {
@@ -143,10 +151,15 @@ std::string machine_model() {
 }
 
 int machine_nproc() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<int>(n) : 1;
+}
+
+// The cores rank 0 may run on, where a launcher bound it (mpirun binds each of 2 ranks to a core).
+std::string affinity_note() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) >= machine_nproc()) return "";
+  return ", rank 0 bound to " + std::to_string(CPU_COUNT(&set)) + " of them";
 }
 
 std::string json_escape(const std::string& s) {
@@ -197,31 +210,35 @@ std::vector<size_t> sizes_of(const Config& cfg) {
 
 class Printer {
  public:
-  Printer(const Config& cfg) : cfg_(cfg) {}
+  Printer(const Config& cfg, const Backends& be) : cfg_(cfg), be_(be) {}
 
-  void header(const std::string& transport_used, const std::string& gloo_line, int p) {
+  void header(const std::string& transport_used, int p) {
     std::printf("# shoal-bench %s  ranks %d  dtype %s  op %s  algo %s  transport %s (%s)\n", op_name(cfg_.op), p,
                 dtype_name(cfg_.dtype), reduce_op_name(cfg_.rop), cfg_.algo_str.c_str(), cfg_.transport.c_str(),
                 transport_used.c_str());
-    std::printf("# machine: %d x %s\n", machine_nproc(), machine_model().c_str());
+    std::printf("# machine: %d x %s%s\n", machine_nproc(), machine_model().c_str(), affinity_note().c_str());
     if (cfg_.iters > 0)
       std::printf("# timing: %d iterations per size", cfg_.iters);
     else
-      std::printf("# timing: adaptive iterations per size (~0.2 s for the faster backend, at most ~2 s for the "
-                  "slower, 3..1000)");
+      std::printf("# timing: adaptive iterations per size (~0.2 s for the fastest backend, at most ~2 s for the "
+                  "slowest, 3..1000)");
     std::printf(", same count for every backend; time = max over ranks of the per-rank average\n");
     std::printf("# busbw = algbw * %s (nccl-tests)\n", busbw_text().c_str());
-    if (cfg_.vs_gloo) std::printf("# %s\n", gloo_line.c_str());
+    for (size_t b = 1; b < be_.names.size(); ++b) std::printf("# %s\n", be_.lines[b].c_str());
+    for (const auto& n : be_.notes) std::printf("# %s\n", n.c_str());
     std::printf("#\n");
     std::string l1 = "#       size       count  iters |  shoal time     algbw     busbw";
     std::string l2 = "#        (B)    (elements)       |       (us)    (GB/s)    (GB/s)";
     if (cfg_.check) l1 += "  check", l2 += "       ";
-    if (cfg_.vs_gloo) {
-      l1 += " |   gloo time     busbw";
-      l2 += " |        (us)    (GB/s)";
+    for (size_t b = 1; b < be_.names.size(); ++b) {
+      char c1[64], c2[64];
+      std::snprintf(c1, sizeof c1, " | %6s time     busbw", be_.names[b].c_str());
+      std::snprintf(c2, sizeof c2, " |        (us)    (GB/s)");
+      l1 += c1, l2 += c2;
       if (cfg_.check) l1 += "  check", l2 += "       ";
-      l1 += " |   ratio";
-      l2 += " | gloo/shoal";
+      std::snprintf(c1, sizeof c1, " | %10s", "ratio");
+      std::snprintf(c2, sizeof c2, " | %10s", (be_.names[b] + "/shoal").c_str());
+      l1 += c1, l2 += c2;
     }
     std::printf("%s\n%s\n", l1.c_str(), l2.c_str());
     std::fflush(stdout);
@@ -235,17 +252,26 @@ class Printer {
       std::fflush(stdout);
       return;
     }
-    print_backend(r.shoal, true, "shoal", notes);
-    if (cfg_.vs_gloo) {
+    print_backend(r.res[0], true, "shoal", notes);
+    for (size_t b = 1; b < be_.names.size(); ++b) {
       std::printf(" |");
-      print_backend(r.gloo, false, "gloo", notes);
-      if (r.shoal.ran && r.gloo.ran && r.shoal.error.empty() && r.gloo.error.empty() && r.shoal.us > 0)
-        std::printf(" | %7.2f", r.gloo.us / r.shoal.us);
+      print_backend(r.res[b], false, be_.names[b].c_str(), notes);
+      const double ratio = ratio_of(r, b);
+      if (std::isfinite(ratio))
+        std::printf(" | %10.2f", ratio);
       else
-        std::printf(" | %7s", "-");
+        std::printf(" | %10s", "-");
     }
     std::printf("%s\n", notes.c_str());
     std::fflush(stdout);
+  }
+
+  // peer time / shoal time, NaN where either did not run cleanly.
+  static double ratio_of(const Row& r, size_t b) {
+    const Result& s = r.res[0];
+    const Result& x = r.res[b];
+    if (s.ran && x.ran && s.error.empty() && x.error.empty() && s.us > 0) return x.us / s.us;
+    return NAN;
   }
 
  private:
@@ -289,11 +315,14 @@ class Printer {
 
  private:
   const Config& cfg_;
+  const Backends& be_;
   size_t bytes_ = 0;
   int p_ = 1;
 };
 
-void write_json(const Config& cfg, int p, const std::string& transport_used, const std::string& gloo_line,
+// Fields per backend: shoal_us, shoal_algbw, shoal_busbw, shoal_error; for each peer X: X_us,
+// X_busbw, X_error, X_ratio (X_us / shoal_us), and "ratio" for gloo's (the field's first meaning).
+void write_json(const Config& cfg, int p, const std::string& transport_used, const Backends& be,
                 const std::vector<Row>& rows) {
   std::ofstream f(cfg.json_path);
   if (!f) throw std::runtime_error("cannot write " + cfg.json_path);
@@ -307,32 +336,37 @@ void write_json(const Config& cfg, int p, const std::string& transport_used, con
   f << "  \"transport_used\": \"" << json_escape(transport_used) << "\",\n";
   f << "  \"algo\": \"" << json_escape(cfg.algo_str) << "\",\n";
   f << "  \"machine\": {\"nproc\": " << machine_nproc() << ", \"model\": \"" << json_escape(machine_model()) << "\"},\n";
-  if (cfg.vs_gloo) f << "  \"gloo\": \"" << json_escape(gloo_line) << "\",\n";
+  for (size_t b = 1; b < be.names.size(); ++b)
+    f << "  \"" << be.names[b] << "\": \"" << json_escape(be.lines[b]) << "\",\n";
+  if (!be.notes.empty()) {
+    f << "  \"notes\": [";
+    for (size_t i = 0; i < be.notes.size(); ++i) f << (i ? ", " : "") << "\"" << json_escape(be.notes[i]) << "\"";
+    f << "],\n";
+  }
   f << "  \"rows\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     f << (i ? ",\n" : "\n") << "    {\"bytes\": " << r.bytes << ", \"count\": " << r.count << ", \"iters\": " << r.iters;
-    auto put_us = [&](const char* key, const Result& res) {
-      bool good = res.ran && res.error.empty();
-      f << ", \"" << key << "\": " << (good ? json_num(res.us) : "null");
-      return good;
-    };
     if (!r.algo.empty()) f << ", \"shoal_algo\": \"" << r.algo << "\"";
-    bool sgood = put_us("shoal_us", r.shoal);
-    double sab = sgood ? algbw(r.bytes, r.shoal.us) : NAN;
-    f << ", \"shoal_algbw\": " << json_num(sab) << ", \"shoal_busbw\": " << json_num(sab * factor);
-    if (!r.shoal.error.empty()) f << ", \"shoal_error\": \"" << json_escape(r.shoal.error) << "\"";
     if (!r.skipped.empty()) f << ", \"skipped\": \"" << json_escape(r.skipped) << "\"";
-    if (cfg.vs_gloo) {
-      bool ggood = put_us("gloo_us", r.gloo);
-      double gab = ggood ? algbw(r.bytes, r.gloo.us) : NAN;
-      f << ", \"gloo_busbw\": " << json_num(gab * factor);
-      f << ", \"ratio\": " << json_num(sgood && ggood && r.shoal.us > 0 ? r.gloo.us / r.shoal.us : NAN);
-      if (!r.gloo.error.empty()) f << ", \"gloo_error\": \"" << json_escape(r.gloo.error) << "\"";
-    }
-    if (cfg.check) {
-      f << ", \"check\": \"" << json_escape(r.shoal.check.empty() ? "not run" : r.shoal.check) << "\"";
-      if (cfg.vs_gloo) f << ", \"gloo_check\": \"" << json_escape(r.gloo.check.empty() ? "not run" : r.gloo.check) << "\"";
+    for (size_t b = 0; b < be.names.size(); ++b) {
+      const std::string& n = be.names[b];
+      const Result empty;
+      const Result& res = r.res.empty() ? empty : r.res[b];
+      const bool good = res.ran && res.error.empty();
+      const double ab = good ? algbw(r.bytes, res.us) : NAN;
+      f << ", \"" << n << "_us\": " << (good ? json_num(res.us) : "null");
+      if (b == 0) f << ", \"shoal_algbw\": " << json_num(ab);
+      f << ", \"" << n << "_busbw\": " << json_num(ab * factor);
+      if (!res.error.empty()) f << ", \"" << n << "_error\": \"" << json_escape(res.error) << "\"";
+      if (b > 0) {
+        const double ratio = r.res.empty() ? NAN : Printer::ratio_of(r, b);
+        f << ", \"" << n << "_ratio\": " << json_num(ratio);
+        if (n == "gloo") f << ", \"ratio\": " << json_num(ratio);
+      }
+      if (cfg.check)
+        f << ", \"" << (b == 0 ? std::string("check") : n + "_check") << "\": \""
+          << json_escape(res.check.empty() ? "not run" : res.check) << "\"";
     }
     f << "}";
   }
@@ -349,7 +383,7 @@ int env_int(const char* name, int dflt) {
 }  // namespace
 
 int worker_main(const Config& cfg) {
-  const int rank = env_int("SHOAL_RANK", 0);
+  const int rank = env_int("SHOAL_RANK", env_int("OMPI_COMM_WORLD_RANK", 0));
   const int p = env_int("SHOAL_WORLD_SIZE", cfg.ranks);
   if (p < 1 || rank < 0 || rank >= p) throw std::invalid_argument("bad SHOAL_RANK / SHOAL_WORLD_SIZE");
   if (cfg.op == Op::sendrecv && p < 2) throw std::invalid_argument("sendrecv needs 2 ranks or more");
@@ -361,40 +395,55 @@ int worker_main(const Config& cfg) {
   Coord coord(store, rank, p, coord_timeout);
 
   Communicator comm(store, rank, p, opts);
-  std::unique_ptr<Runner> shoal_runner = make_shoal_runner(comm, cfg.algo);
   std::string transport_used = p > 1 ? "rank " + std::to_string(rank) + " -> " + std::to_string((rank + 1) % p) +
                                            ": " + comm.transport_to((rank + 1) % p)
                                      : "single rank";
 
-  std::unique_ptr<Runner> gloo_runner;
-  std::string gloo_setup_error;
-  if (cfg.vs_gloo) {
+  // The backends, each with its runner or the reason it cannot run (the same on every rank).
+  Backends be;
+  std::vector<std::unique_ptr<Runner>> runners;
+  std::vector<std::string> setup_errors;
+  be.names.push_back("shoal");
+  be.lines.push_back("");
+  runners.push_back(make_shoal_runner(comm, cfg.algo));
+  setup_errors.push_back("");
+  auto add_peer = [&](const std::string& name, const std::function<std::unique_ptr<Runner>(std::string*)>& make) {
+    std::unique_ptr<Runner> r;
+    std::string why;
     try {
-      std::string why;
-      gloo_runner = make_gloo_runner(store, rank, p, opts.timeout, &why);
-      if (!gloo_runner) gloo_setup_error = why;
+      r = make(&why);
+      if (!r && why.empty()) why = name + ": not available";
     } catch (const std::exception& e) {
-      gloo_setup_error = "gloo setup: " + clean(e.what());
+      why = name + " setup: " + clean(e.what());
     }
-    // Same view on every rank.
-    auto all = coord.exchange("gloo-setup", gloo_setup_error);
-    for (int r = 0; r < p; ++r)
-      if (!all[r].empty()) {
-        gloo_setup_error = "rank " + std::to_string(r) + ": " + all[r];
-        break;
-      }
+    auto all = coord.exchange(name + "-setup", why);
+    why.clear();
+    for (int q = 0; q < p && why.empty(); ++q)
+      if (!all[q].empty()) why = "rank " + std::to_string(q) + ": " + all[q];
+    be.names.push_back(name);
+    runners.push_back(why.empty() ? std::move(r) : nullptr);
+    setup_errors.push_back(why);
+  };
+  if (cfg.vs_gloo)
+    add_peer("gloo", [&](std::string* why) { return make_gloo_runner(store, rank, p, opts.timeout, why); });
+  if (cfg.vs_ompi && have_ompi())
+    add_peer("ompi", [&](std::string* why) { return make_ompi_runner(rank, p, why); });
+  else if (cfg.vs_ompi)
+    be.notes.push_back("ompi: not available: shoal-bench was built without Open MPI (apt-get install "
+                       "openmpi-bin libopenmpi-dev, then rebuild)");
+  for (size_t b = 1; b < be.names.size(); ++b)
+    be.lines.push_back(be.names[b] == "gloo" ? gloo_description(cfg.op, runners[b].get()) : ompi_description());
+  const size_t nb = be.names.size();
+
+  std::vector<Phase> ph(nb);
+  for (size_t b = 0; b < nb; ++b) {
+    ph[b].runner = runners[b].get();
+    ph[b].enabled = setup_errors[b].empty() && runners[b];
+    ph[b].disabled_why = setup_errors[b];
   }
 
-  Phase ph[2];
-  ph[0].runner = shoal_runner.get();
-  ph[0].enabled = true;
-  ph[1].runner = gloo_runner.get();
-  ph[1].enabled = cfg.vs_gloo && gloo_setup_error.empty() && gloo_runner;
-  ph[1].disabled_why = gloo_setup_error;
-  const int nph = cfg.vs_gloo ? 2 : 1;
-
-  Printer printer(cfg);
-  if (rank == 0) printer.header(transport_used, cfg.vs_gloo ? gloo_description(cfg.op, gloo_runner.get()) : "", p);
+  Printer printer(cfg, be);
+  if (rank == 0) printer.header(transport_used, p);
 
   std::vector<Row> rows;
   for (size_t size : sizes_of(cfg)) {
@@ -402,7 +451,7 @@ int worker_main(const Config& cfg) {
     Row row;
     row.bytes = spec.bytes;
     row.count = spec.count;
-    row.has_gloo = cfg.vs_gloo;
+    row.res.resize(nb);
     if (cfg.op != Op::sendrecv) {
       try {
         row.algo = algo_name(comm.algo_for(op_name(cfg.op), spec.bytes, {cfg.algo}));
@@ -422,8 +471,7 @@ int worker_main(const Config& cfg) {
     const int warmup = cfg.warmup >= 0 ? cfg.warmup : (spec.bytes < (size_t{8} << 20) ? 5 : 2);
 
     // 1. Check and warmup, per backend.
-    for (int b = 0; b < nph; ++b) {
-      Phase& P = ph[b];
+    for (Phase& P : ph) {
       P.reset();
       if (!P.enabled) continue;
       try {
@@ -455,16 +503,16 @@ int worker_main(const Config& cfg) {
     }
 
     // 2. Agree on the iteration count; a backend that failed anywhere is not timed.
-    bool failed_anywhere[2] = {false, false};
+    std::vector<bool> failed_anywhere(nb, false);
     {
       std::ostringstream mine;
       mine.precision(17);
-      for (int b = 0; b < nph; ++b) mine << ph[b].est << '\t' << (ph[b].error.empty() ? 0 : 1) << '\t';
+      for (const Phase& P : ph) mine << P.est << '\t' << (P.error.empty() ? 0 : 1) << '\t';
       auto all = coord.exchange("est", mine.str());
-      double est[2] = {0, 0};
+      std::vector<double> est(nb, 0);
       for (int r = 0; r < p; ++r) {
         auto f = split_tabs(all[r]);
-        for (int b = 0; b < nph; ++b) {
+        for (size_t b = 0; b < nb; ++b) {
           est[b] = std::max(est[b], std::atof(f.at(2 * b).c_str()));
           if (std::atoi(f.at(2 * b + 1).c_str())) failed_anywhere[b] = true;
         }
@@ -472,7 +520,7 @@ int worker_main(const Config& cfg) {
       int iters = cfg.iters;
       if (iters == 0) {
         double fast = 0, slow = 0;
-        for (int b = 0; b < nph; ++b) {
+        for (size_t b = 0; b < nb; ++b) {
           if (!ph[b].enabled || failed_anywhere[b]) continue;
           double e = std::max(est[b], 1e-7);
           fast = fast == 0 ? e : std::min(fast, e);
@@ -485,7 +533,7 @@ int worker_main(const Config& cfg) {
     }
 
     // 3. Timed loops.
-    for (int b = 0; b < nph; ++b) {
+    for (size_t b = 0; b < nb; ++b) {
       Phase& P = ph[b];
       if (!P.enabled || failed_anywhere[b]) continue;
       coord.sync();
@@ -503,9 +551,9 @@ int worker_main(const Config& cfg) {
     // A broken group (a peer died, timed out or cannot be reached) ends the run on this rank at
     // once: the result exchange below could wait for peers that will never post (a host whose
     // link is down cannot reach the store either), and the error is the news.
-    for (int b = 0; b < nph; ++b) {
+    for (size_t b = 0; b < nb; ++b) {
       if (!ph[b].fatal) continue;
-      std::fprintf(stderr, "shoal-bench: rank %d: %s failed: %s\n", rank, b == 0 ? "shoal" : "gloo", ph[b].error.c_str());
+      std::fprintf(stderr, "shoal-bench: rank %d: %s failed: %s\n", rank, be.names[b].c_str(), ph[b].error.c_str());
       std::fflush(stdout);
       std::fflush(stderr);
       std::_Exit(1);
@@ -515,12 +563,10 @@ int worker_main(const Config& cfg) {
     {
       std::ostringstream mine;
       mine.precision(17);
-      for (int b = 0; b < nph; ++b)
-        mine << ph[b].avg << '\t' << ph[b].error << '\t' << (ph[b].fatal ? 1 : 0) << '\t' << ph[b].check << '\t';
+      for (const Phase& P : ph) mine << P.avg << '\t' << P.error << '\t' << (P.fatal ? 1 : 0) << '\t' << P.check << '\t';
       auto all = coord.exchange("res", mine.str());
-      Result* res[2] = {&row.shoal, &row.gloo};
-      for (int b = 0; b < nph; ++b) {
-        Result& R = *res[b];
+      for (size_t b = 0; b < nb; ++b) {
+        Result& R = row.res[b];
         if (!ph[b].enabled) {
           R.ran = false;
           R.error = ph[b].disabled_why.empty() ? "disabled" : ph[b].disabled_why;
@@ -558,15 +604,15 @@ int worker_main(const Config& cfg) {
     rows.push_back(row);
   }
 
-  if (rank == 0 && !cfg.json_path.empty())
-    write_json(cfg, p, transport_used, cfg.vs_gloo ? gloo_description(cfg.op, gloo_runner.get()) : "", rows);
+  if (rank == 0 && !cfg.json_path.empty()) write_json(cfg, p, transport_used, be, rows);
 
   // Leave together: nobody tears its connections down while a peer still uses them.
   coord.sync();
+  runners.clear();  // Open MPI's finalize is collective: every rank gets here
   bool any_error = false;
   for (const Row& r : rows) {
-    if (!r.shoal.error.empty()) any_error = true;
-    if (cfg.check && r.shoal.check != "ok" && r.skipped.empty()) any_error = true;
+    if (!r.res[0].error.empty()) any_error = true;
+    if (cfg.check && r.res[0].check != "ok" && r.skipped.empty()) any_error = true;
   }
   return any_error ? 3 : 0;
 }
