@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Compare two builds of shoal-bench, interleaved, each against Gloo in the same run: for a change
+# Compare two builds of shoal-bench, interleaved, each against a peer in the same run: for a change
 # whose effect is smaller than this machine's drift between runs minutes apart.
 #
 #   scripts/bench_ab.sh OLD_BENCH NEW_BENCH "OPS" "SIZES" [ROUNDS] [-- shoal-bench options]
 #   e.g. (the build before a change in a worktree, built with `cmake --build B --target shoal-bench`):
 #   scripts/bench_ab.sh /tmp/old/build/shoal-bench build/shoal-bench "scatter gather" "4M 16M 64M" 3 -- --transport tcp
 #
-# One line per (round, op, size, build): shoal's time (µs), Gloo's time (µs), gloo/shoal, and,
+# One line per (round, op, size, build): shoal's time (µs), the peer's time (µs), peer/shoal, and,
 # where `perf` is installed (Debian's linux-perf), the context switches of the whole run.
+# BENCH_RANKS (default 4) sets the ranks, BENCH_PEER (default gloo; or ompi) the peer.
 set -euo pipefail
 [ $# -ge 4 ] || { sed -n '2,10p' "$0"; exit 2; }
 old=$1 new=$2 ops=$3 sizes=$4
@@ -15,24 +16,25 @@ shift 4
 rounds=3
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then rounds=$1; shift; fi
 [ $# -gt 0 ] && [ "$1" = "--" ] && shift
-ranks=4
+ranks=${BENCH_RANKS:-4}
+peer=${BENCH_PEER:-gloo}
 perf_ok=0
 command -v perf >/dev/null && perf stat -e context-switches true >/dev/null 2>&1 && perf_ok=1
 
-echo "# round op size build shoal_us gloo_us gloo/shoal context_switches"
+echo "# round op size build shoal_us ${peer}_us ${peer}/shoal context_switches (ranks $ranks)"
 for ((round = 1; round <= rounds; round++)); do
   for op in $ops; do
     for size in $sizes; do
       for which in old new; do
         bench=$old
         [ "$which" = new ] && bench=$new
-        cmd=("$bench" "$op" -n "$ranks" -b "$size" -e "$size" --vs gloo "$@")
+        cmd=("$bench" "$op" -n "$ranks" -b "$size" -e "$size" --vs "$peer" "$@")
         if [ $perf_ok = 1 ]; then
           out=$(perf stat -x, -e context-switches -- "${cmd[@]}" 2>&1)
         else
           out=$("${cmd[@]}" 2>&1)
         fi
-        # The row: size count iters | shoal us algbw busbw | gloo us busbw | ratio
+        # The row: size count iters | shoal us algbw busbw | peer us busbw | ratio
         row=$(grep -E '^ +[0-9]+ +[0-9]+ +[0-9]+ \|' <<<"$out" | awk '{print $5, $9, $NF}')
         cs=$(grep -s context-switches <<<"$out" | cut -d, -f1 || true)
         echo "$round $op $size $which ${row:-failed} ${cs:--}"

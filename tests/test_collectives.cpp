@@ -850,6 +850,104 @@ TEST(CollectivesAsync, TwoGroupsOppositeOrder) {
   }
 }
 
+// How a collective reaches the thread that runs it (Communicator::Impl::submit): a caller that
+// waits at once runs it itself; one that never waits still gets it run, by the progress thread,
+// in submission order; a wait on a later op runs the earlier ones first on the caller's thread.
+TEST(CollectivesAsync, WhoRunsTheOp) {
+  for (const std::string transport : {"shm", "tcp"}) {
+    SCOPED_TRACE(transport);
+    RunConfig cfg = transport_config(transport);
+    cfg.options.timeout = std::chrono::seconds(20);
+    cfg.env.push_back({"SHOAL_TIMEOUT", ""});
+    cfg.limit = std::chrono::seconds(60);
+    run_ranks(3, cfg, [](Communicator& c) {
+      const auto me = std::this_thread::get_id();
+      struct Done {
+        std::atomic<int> order{-1};
+        std::thread::id thread;  // that ran the op; none when it had completed before on_complete
+        bool registering = false;
+      };
+      std::atomic<int> finished{0};
+      auto watch = [&](const WorkPtr& w, Done& d) {
+        d.registering = true;
+        w->on_complete([&d, &finished, me] {
+          // on_complete of a finished op calls at once, here: the op ran elsewhere, earlier.
+          if (!(d.registering && std::this_thread::get_id() == me)) d.thread = std::this_thread::get_id();
+          d.order.store(finished.fetch_add(1));
+        });
+        d.registering = false;
+      };
+      // on_complete runs after the Work is marked done: a waiter may return before it has run.
+      auto called = [](const Done& d) {
+        const double t0 = now_seconds();
+        while (d.order.load() < 0 && now_seconds() - t0 < 10) std::this_thread::sleep_for(std::chrono::microseconds(100));
+        return d.order.load() >= 0;
+      };
+      auto check_sum = [&](const std::vector<int32_t>& v, int32_t base) {
+        const int32_t want = base * c.size() + c.size() * (c.size() - 1) / 2;
+        SH_CHECK(v[0] == want && v.back() == want) << "got " << v[0] << ", want " << want;
+      };
+
+      // 1. Waited at once: run on this thread (the progress thread may take an op whose caller
+      //    was preempted between the call and the wait for kClaimGrace: most, not all).
+      int inline_runs = 0;
+      for (int k = 0; k < 20; ++k) {
+        std::vector<int32_t> a(100, k + c.rank());
+        Done da;
+        auto wa = c.allreduce(a.data(), a.data(), a.size(), DType::i32, ReduceOp::sum);
+        watch(wa, da);
+        wa->wait();
+        check_sum(a, k);
+        SH_CHECK(called(da)) << "on_complete did not run";
+        inline_runs += da.thread == me;
+      }
+      SH_CHECK(inline_runs >= 10) << "only " << inline_runs << " of 20 collectives waited for at once ran on the caller's thread";
+
+      // 2. Never waited for (nor tested): completes by itself, on the progress thread.
+      std::vector<int32_t> b(100, 10 + c.rank());
+      Done db;
+      auto wb = c.allreduce(b.data(), b.data(), b.size(), DType::i32, ReduceOp::sum);
+      watch(wb, db);
+      SH_CHECK(called(db)) << "a collective nobody waited for did not complete within 10 s";
+      SH_CHECK(db.thread != me) << "the op ran on the caller's thread, which never waited for it";
+      check_sum(b, 10);
+
+      // 3. Two async ops, then a wait on the second: both complete, in submission order.
+      std::vector<int32_t> x(100, 20 + c.rank()), y(100, 30 + c.rank());
+      Done dx, dy;
+      const int before = finished.load();
+      auto wx = c.allreduce(x.data(), x.data(), x.size(), DType::i32, ReduceOp::sum);
+      watch(wx, dx);
+      auto wy = c.allreduce(y.data(), y.data(), y.size(), DType::i32, ReduceOp::sum);
+      watch(wy, dy);
+      wy->wait();
+      SH_CHECK(wx->test()) << "the earlier op is not complete after a wait on the later one";
+      SH_CHECK(called(dx) && called(dy)) << "on_complete did not run";
+      SH_CHECK(dx.order.load() == before && dy.order.load() == before + 1)
+          << "completion order " << dx.order.load() << ", " << dy.order.load();
+      check_sum(x, 20);
+      check_sum(y, 30);
+
+      // 4. run_async(): completes without a wait, and the group goes on as usual afterwards.
+      std::vector<int32_t> z(100, 40 + c.rank());
+      Done dz;
+      auto wz = c.allreduce(z.data(), z.data(), z.size(), DType::i32, ReduceOp::sum);
+      watch(wz, dz);
+      wz->run_async();
+      const double t1 = now_seconds();
+      while (!wz->test() && now_seconds() - t1 < 10) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      SH_CHECK(wz->test() && called(dz)) << "run_async(): not complete within 10 s";
+      SH_CHECK(dz.thread != me) << "run_async(): the op ran on the caller's thread";
+      check_sum(z, 40);
+      for (int k = 0; k < 20; ++k) {
+        std::vector<int32_t> v(7, k + c.rank());
+        c.allreduce(v.data(), v.data(), v.size(), DType::i32, ReduceOp::sum)->wait();
+        check_sum(v, k);
+      }
+    });
+  }
+}
+
 // The reference itself: the inputs are exact and the expected values are what the file comment
 // promises (so a failure above is the library's, not the generator's).
 TEST(CollectivesReference, InputsAreExact) {

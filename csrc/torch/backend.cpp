@@ -263,8 +263,14 @@ void Completer::loop() {
 
 // ---------------------------------------------------------------- WorkShoal
 
+std::string OpContext::str() const {
+  std::ostringstream s;
+  s << c10d::opTypeToString(type) << " on rank " << rank << " of process group '" << group << "' (" << size << " ranks)";
+  return s.str();
+}
+
 WorkShoal::WorkShoal(int rank, c10d::OpType type, const char* profiling_title, const std::vector<at::Tensor>& inputs,
-                     std::vector<at::Tensor> outputs, std::string context, uint64_t seq, int source_rank,
+                     std::vector<at::Tensor> outputs, OpContext context, uint64_t seq, int source_rank,
                      std::shared_ptr<Completer> completer)
     : c10d::Work(rank, type, profiling_title, std::optional<std::vector<at::Tensor>>(inputs)),
       outputs_(std::move(outputs)),
@@ -327,7 +333,7 @@ void WorkShoal::part_done(std::exception_ptr err) {
     plan_ = Plan{};
   } catch (...) {
   }
-  complete(e ? torch_error(context_, e) : nullptr);
+  complete(e ? torch_error(context_.str(), e) : nullptr);
 }
 
 void WorkShoal::complete(std::exception_ptr err) {
@@ -379,6 +385,12 @@ bool WorkShoal::wait(std::chrono::milliseconds timeout) {
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkShoal::getFuture() {
+  // Whoever takes the future consumes the result through it (DDP's comm hooks), not by a wait on
+  // this Work: start the ops in the background now rather than when the progress thread finds them.
+  {
+    std::lock_guard<std::mutex> lk(part_mu_);
+    for (const auto& p : parts_) p->run_async();
+  }
   c10::intrusive_ptr<c10::ivalue::Future> fut;
   bool mark_now = false;
   std::exception_ptr err;
@@ -449,16 +461,11 @@ std::vector<std::string> BackendShoal::transports() const {
   return out;
 }
 
-std::string BackendShoal::context(const char* op) const {
-  std::ostringstream s;
-  s << op << " on rank " << rank_ << " of process group '" << group_ << "' (" << size_ << " ranks)";
-  return s.str();
-}
-
 c10::intrusive_ptr<c10d::Work> BackendShoal::launch(c10d::OpType type, const char* title,
                                                     const std::vector<at::Tensor>& inputs,
-                                                    std::vector<at::Tensor> outputs, Builder& b, int source_rank) {
-  const std::string ctx = context(c10d::opTypeToString(type).c_str());
+                                                    std::vector<at::Tensor> outputs, Builder& b, bool async,
+                                                    int source_rank) {
+  OpContext ctx{type, rank_, size_, group_};
   auto work = c10::make_intrusive<WorkShoal>(rank_, type, title, inputs, std::move(outputs), ctx, ++seq_, source_rank,
                                              completer_);
   std::vector<shoal::WorkPtr> parts;
@@ -467,17 +474,19 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::launch(c10d::OpType type, const cha
     std::lock_guard<std::mutex> lk(submit_mu_);
     if (!comm_) {
       err = std::make_exception_ptr(
-          c10::DistBackendError(SHOAL_SRC, "shoal: " + ctx + ": the process group was shut down or destroyed"));
+          c10::DistBackendError(SHOAL_SRC, "shoal: " + ctx.str() + ": the process group was shut down or destroyed"));
     } else {
       try {
         for (auto& f : b.ops) parts.push_back(f(*comm_));
       } catch (...) {
-        err = torch_error(ctx, std::current_exception());
+        err = torch_error(ctx.str(), std::current_exception());
       }
     }
   }
   work->start(std::move(b.plan), parts);  // keeps the buffers of ops already submitted alive
   if (err) std::rethrow_exception(err);
+  if (async)
+    for (const auto& p : parts) p->run_async();
   return work;
 }
 
@@ -494,7 +503,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::broadcast(std::vector<at::Tensor>& 
   Move m = move_type(t);
   size_t n = elems(t, m);
   b.op([=](shoal::Communicator& c) { return c.broadcast(buf.data_ptr(), n, m.dt, root); });
-  return launch(c10d::OpType::BROADCAST, "shoal:broadcast", tensors, tensors, b);
+  return launch(c10d::OpType::BROADCAST, "shoal:broadcast", tensors, tensors, b, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::allreduce(std::vector<at::Tensor>& tensors,
@@ -507,7 +516,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::allreduce(std::vector<at::Tensor>& 
   at::Tensor buf = b.out(t, /*copy_in=*/true);
   size_t n = t.numel();
   b.op([=](shoal::Communicator& c) { return c.allreduce(buf.data_ptr(), buf.data_ptr(), n, dt, op); });
-  return launch(c10d::OpType::ALLREDUCE, "shoal:all_reduce", tensors, tensors, b);
+  return launch(c10d::OpType::ALLREDUCE, "shoal:all_reduce", tensors, tensors, b, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -526,7 +535,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::allreduce_coalesced(std::vector<at:
   b.op([=](shoal::Communicator& c) {
     return c.allreduce(flat.data_ptr(), flat.data_ptr(), static_cast<size_t>(total), dt, op);
   });
-  return launch(c10d::OpType::ALLREDUCE_COALESCED, "shoal:allreduce_coalesced", tensors, tensors, b);
+  return launch(c10d::OpType::ALLREDUCE_COALESCED, "shoal:allreduce_coalesced", tensors, tensors, b, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
@@ -543,7 +552,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::reduce(std::vector<at::Tensor>& ten
   b.op([=](shoal::Communicator& c) {
     return c.reduce(buf.data_ptr(), me ? buf.data_ptr() : nullptr, n, dt, op, root);
   });
-  return launch(c10d::OpType::REDUCE, "shoal:reduce", tensors, tensors, b);
+  return launch(c10d::OpType::REDUCE, "shoal:reduce", tensors, tensors, b, opts.asyncOp);
 }
 
 namespace {
@@ -615,14 +624,14 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::allgather(std::vector<std::vector<a
               outputs.size());
   Builder b;
   add_allgather_list(b, in, outputs[0], rank_, size_, "allgather");
-  return launch(c10d::OpType::ALLGATHER, "shoal:all_gather", inputs, outputs[0], b);
+  return launch(c10d::OpType::ALLGATHER, "shoal:all_gather", inputs, outputs[0], b, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                              const c10d::AllgatherOptions& opts) {
   Builder b;
   add_allgather_base(b, output, input, size_, "allgather_into_tensor");
-  return launch(c10d::OpType::_ALLGATHER_BASE, "shoal:_allgather_base", {input}, {output}, b);
+  return launch(c10d::OpType::_ALLGATHER_BASE, "shoal:_allgather_base", {input}, {output}, b, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::allgather_coalesced(std::vector<std::vector<at::Tensor>>& output_lists,
@@ -641,7 +650,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::allgather_coalesced(std::vector<std
     }
     add_allgather_list(b, inputs[i], outs, rank_, size_, "allgather_coalesced");
   }
-  return launch(c10d::OpType::ALLGATHER_COALESCED, "shoal:allgather_coalesced", inputs, flatten(output_lists), b);
+  return launch(c10d::OpType::ALLGATHER_COALESCED, "shoal:allgather_coalesced", inputs, flatten(output_lists), b, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -652,7 +661,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::allgather_into_tensor_coalesced(std
   Builder b;
   for (size_t i = 0; i < inputs.size(); ++i)
     add_allgather_base(b, outputs[i], inputs[i], size_, "allgather_into_tensor_coalesced");
-  return launch(c10d::OpType::COALESCED, "shoal:allgather_into_tensor_coalesced", inputs, outputs, b);
+  return launch(c10d::OpType::COALESCED, "shoal:allgather_into_tensor_coalesced", inputs, outputs, b, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -679,7 +688,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::gather(std::vector<std::vector<at::
     unpack_later(b, flat, outs);
   }
   b.op([=](shoal::Communicator& c) { return c.gather(in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, n, m.dt, root); });
-  return launch(c10d::OpType::GATHER, "shoal:gather", inputs, outs, b);
+  return launch(c10d::OpType::GATHER, "shoal:gather", inputs, outs, b, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::scatter(std::vector<at::Tensor>& outputs,
@@ -707,7 +716,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::scatter(std::vector<at::Tensor>& ou
   }
   at::Tensor out = b.out(t);
   b.op([=](shoal::Communicator& c) { return c.scatter(flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), n, m.dt, root); });
-  return launch(c10d::OpType::SCATTER, "shoal:scatter", ins, outputs, b);
+  return launch(c10d::OpType::SCATTER, "shoal:scatter", ins, outputs, b, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -729,14 +738,14 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::reduce_scatter(std::vector<at::Tens
   at::Tensor out = b.out(t);
   size_t n = t.numel();
   b.op([=](shoal::Communicator& c) { return c.reduce_scatter(flat.data_ptr(), out.data_ptr(), n, dt, op); });
-  return launch(c10d::OpType::REDUCE_SCATTER, "shoal:reduce_scatter", inputs[0], outputs, b);
+  return launch(c10d::OpType::REDUCE_SCATTER, "shoal:reduce_scatter", inputs[0], outputs, b, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                   const c10d::ReduceScatterOptions& opts) {
   Builder b;
   add_reduce_scatter_base(b, output, input, opts.reduceOp, size_, "reduce_scatter_tensor");
-  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, "shoal:_reduce_scatter_base", {input}, {output}, b);
+  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, "shoal:_reduce_scatter_base", {input}, {output}, b, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
@@ -747,7 +756,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::reduce_scatter_tensor_coalesced(std
   Builder b;
   for (size_t i = 0; i < inputs.size(); ++i)
     add_reduce_scatter_base(b, outputs[i], inputs[i], opts.reduceOp, size_, "reduce_scatter_tensor_coalesced");
-  return launch(reduce_scatter_tensor_coalesced_type(), "shoal:reduce_scatter_tensor_coalesced", inputs, outputs, b);
+  return launch(reduce_scatter_tensor_coalesced_type(), "shoal:reduce_scatter_tensor_coalesced", inputs, outputs, b, opts.asyncOp);
 }
 
 namespace {
@@ -791,7 +800,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::alltoall_base(at::Tensor& output, a
   at::Tensor in = b.in(input);
   if (overlaps(in, out)) in = b.keep(in.clone());
   b.op([=](shoal::Communicator& c) { return c.alltoallv(in.data_ptr(), send_counts, out.data_ptr(), recv_counts, m.dt); });
-  return launch(c10d::OpType::ALLTOALL_BASE, "shoal:all_to_all", {input}, {output}, b);
+  return launch(c10d::OpType::ALLTOALL_BASE, "shoal:all_to_all", {input}, {output}, b, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
@@ -818,7 +827,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::alltoall(std::vector<at::Tensor>& o
   b.op([=](shoal::Communicator& c) {
     return c.alltoallv(flat_in.data_ptr(), send_counts, flat_out.data_ptr(), recv_counts, m.dt);
   });
-  return launch(c10d::OpType::ALLTOALL, "shoal:all_to_all", inputs, outputs, b);
+  return launch(c10d::OpType::ALLTOALL, "shoal:all_to_all", inputs, outputs, b, opts.asyncOp);
 }
 
 // ---- point to point ----
@@ -832,7 +841,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::send(std::vector<at::Tensor>& tenso
   at::Tensor buf = b.in(t);
   uint64_t tg = static_cast<uint64_t>(static_cast<int64_t>(tag));
   b.op([=](shoal::Communicator& c) { return c.send(buf.data_ptr(), n, m.dt, dst, tg); });
-  return launch(c10d::OpType::SEND, "shoal:send", tensors, tensors, b);
+  return launch(c10d::OpType::SEND, "shoal:send", tensors, tensors, b, false);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
@@ -844,7 +853,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::recv(std::vector<at::Tensor>& tenso
   at::Tensor buf = b.out(t);
   uint64_t tg = static_cast<uint64_t>(static_cast<int64_t>(tag));
   b.op([=](shoal::Communicator& c) { return c.recv(buf.data_ptr(), n, m.dt, src, tg); });
-  return launch(c10d::OpType::RECV, "shoal:recv", tensors, tensors, b, src);
+  return launch(c10d::OpType::RECV, "shoal:recv", tensors, tensors, b, false, src);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
@@ -859,7 +868,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::recvAnysource(std::vector<at::Tenso
     *recv = c.recv(buf.data_ptr(), n, m.dt, shoal::Communicator::kAnySource, tg);
     return *recv;
   });
-  auto work = launch(c10d::OpType::RECVANYSOURCE, "shoal:recv_anysource", tensors, tensors, b, -1);
+  auto work = launch(c10d::OpType::RECVANYSOURCE, "shoal:recv_anysource", tensors, tensors, b, false, -1);
   if (auto* w = dynamic_cast<WorkShoal*>(work.get())) w->set_any_source(recv);
   return work;
 }
@@ -867,7 +876,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::recvAnysource(std::vector<at::Tenso
 c10::intrusive_ptr<c10d::Work> BackendShoal::barrier(const c10d::BarrierOptions& opts) {
   Builder b;
   b.op([](shoal::Communicator& c) { return c.barrier(); });
-  return launch(c10d::OpType::BARRIER, "shoal:barrier", {}, {}, b);
+  return launch(c10d::OpType::BARRIER, "shoal:barrier", {}, {}, b, opts.asyncOp);
 }
 
 // Through the store, not the communicator: the point is to name the ranks that do not arrive,

@@ -48,10 +48,19 @@ class Completer {
 
 struct Builder;
 
+// What an error of an op names: "allreduce on rank 1 of process group '0' (4 ranks)". Built only
+// for an error: formatting it for every op cost more than a small op itself.
+struct OpContext {
+  c10d::OpType type;
+  int rank, size;
+  std::string group;
+  std::string str() const;
+};
+
 class WorkShoal : public c10d::Work {
  public:
   WorkShoal(int rank, c10d::OpType type, const char* profiling_title, const std::vector<at::Tensor>& inputs,
-            std::vector<at::Tensor> outputs, std::string context, uint64_t seq, int source_rank,
+            std::vector<at::Tensor> outputs, OpContext context, uint64_t seq, int source_rank,
             std::shared_ptr<Completer> completer);
   ~WorkShoal() override;
 
@@ -78,7 +87,7 @@ class WorkShoal : public c10d::Work {
 
   std::vector<at::Tensor> outputs_;
   std::vector<c10::Device> devices_;  // accelerator devices of the outputs (for the Future)
-  std::string context_;               // "allreduce on rank 1 of group '0' (4 ranks)"
+  OpContext context_;
   uint64_t seq_;
   int source_rank_;
   std::shared_ptr<shoal::WorkPtr> any_source_;
@@ -164,10 +173,10 @@ class BackendShoal : public c10d::Backend {
 
  private:
   // Submits the shoal ops `b` collected (atomically with respect to other threads' ops on this
-  // backend) and returns the Work that completes when they all have.
+  // backend) and returns the Work that completes when they all have. `async`: the caller does not
+  // wait at once (torch's asyncOp), so the ops start in the background now.
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
-                                        std::vector<at::Tensor> outputs, Builder& b, int source_rank = -1);
-  std::string context(const char* op) const;
+                                        std::vector<at::Tensor> outputs, Builder& b, bool async, int source_rank = -1);
 
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<Options> options_;

@@ -16,8 +16,15 @@ class Work {
   // Blocks until the op completes or `timeout` passes. Returns true once complete; false if it is
   // still pending at `timeout`. Throws the op's error if it failed. (Every op also has the group's
   // deadline, so an op never stays pending forever.)
+  // An unbounded wait on a collective still queued runs it (and the collectives queued before
+  // it) on the calling thread.
   bool wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
   bool test() const;                 // complete (successfully or not), without blocking
+  // For a caller that will not wait for the op soon (it consumes the result through a callback,
+  // or computes meanwhile): starts it on the communicator's progress thread now. Without it, a
+  // collective nobody waits for starts by itself within about a millisecond (Communicator).
+  // test() and a wait with a timeout do the same.
+  void run_async() const;
   std::exception_ptr error() const;  // null while pending or on success
   const std::string& name() const { return name_; }
   // The rank a completed recv received from (for Communicator::kAnySource); -1 otherwise.
@@ -31,8 +38,12 @@ class Work {
   // For the core: called once by the first wait() on a pending op, so that a caller who waits
   // right away can run the op on its own thread instead of handing it to the progress thread.
   void set_helper(std::function<void()> help);
+  // For the core: called once by the first run_async(), test() or bounded wait() on a pending op.
+  void set_kick(std::function<void()> kick);
 
  private:
+  void kick_once() const;
+
   std::string name_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -40,6 +51,7 @@ class Work {
   std::exception_ptr error_;
   std::function<void()> callback_;
   std::function<void()> helper_;
+  mutable std::function<void()> kick_;
   std::atomic<int> source_{-1};
 };
 

@@ -28,6 +28,14 @@ namespace {
 // How long an aborting rank waits for its reason to reach the store before it closes its links.
 constexpr std::chrono::milliseconds kAbortPublishWait{500};
 
+// Collectives reach the progress thread lazily (Impl::submit says why). While ops were submitted
+// within kActiveFor, the idle progress thread looks at the queue every kTick, and takes a
+// collective that has waited kClaimGrace there unclaimed; after kActiveFor without a submit it
+// sleeps until woken.
+constexpr std::chrono::microseconds kTick{1000};
+constexpr std::chrono::microseconds kClaimGrace{200};
+constexpr std::chrono::milliseconds kActiveFor{100};
+
 uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
   h *= 0xff51afd7ed558ccdull;
@@ -62,6 +70,8 @@ struct Communicator::Impl {
     std::string name;
     std::function<void(const WorkPtr&)> run;  // collectives: runs to completion; p2p: posts
     WorkPtr work;
+    bool collective = false;
+    Clock::time_point submitted;
   };
   struct P2P {
     Request req;
@@ -74,6 +84,9 @@ struct Communicator::Impl {
   std::atomic<int> queued{0};
   bool stop = false;
   bool running = false;       // an op is executing (on the progress thread or inline)
+  bool eager = false;         // callers here do not wait at once: wake the progress thread at submit
+  bool deep_sleep = false;    // the progress thread waits untimed: a submit must wake it
+  Clock::time_point last_submit;
   std::atomic<int> npending{0};  // size of `pending`, readable without the progress thread
   bool links_closed = false;  // progress thread only, after an abort
   std::list<P2P> pending;  // progress thread only
@@ -84,13 +97,19 @@ struct Communicator::Impl {
   void sweep_p2p();
   bool match_any_source();  // posts pending any-source receives whose message has arrived
   void fail_all(std::exception_ptr e);
-  // Queues the op. A collective's Work gets a helper: a caller that waits on it while it is
-  // still first in the queue, with nothing running or in flight, runs it on its own thread.
-  // Handing a small op to the progress thread and back costs two thread wake-ups, more than
-  // the op itself when ranks outnumber cores; an async caller that does not wait at once still
-  // gets the op run in the background.
+  // Queues the op. Point-to-point ops wake the progress thread, which posts them. A collective
+  // does not: its caller usually waits at once, and then runs it on its own thread (the Work's
+  // helper, run_claimed), with no thread woken at all. A wake-up costs a futex system call and
+  // puts the progress thread on a core that a peer rank needs; handing a small op over and back
+  // cost 5-10x the op itself (BENCHMARKS.md, "Small messages: the hand-off to the progress
+  // thread"). A collective nobody waits for is taken by the ticking progress thread (kTick,
+  // kClaimGrace) or woken for by run_async()/test()/a bounded wait (kick); once that happens the
+  // communicator wakes the thread at every submit (eager) until a caller waits at once again.
   WorkPtr submit(std::string name, std::function<void(const WorkPtr&)> run, bool collective = false);
+  // A caller waits for `w`: runs the collectives queued up to and including it on this thread,
+  // unless an op is running or point-to-point ops are in flight (then the progress thread does).
   void run_claimed(const Work* w);
+  void kick();  // the progress thread takes the queued collectives now, and from now on
   WorkPtr p2p(Request::Dir dir, void* buf, size_t count, DType dt, int peer, uint64_t tag);
   void check_open() const {
     if (engine->aborted()) throw PeerError("group '" + opts.group_name + "' is aborted: " + engine->abort_reason());
@@ -218,34 +237,69 @@ Algo Communicator::algo_for(const std::string& op, size_t bytes, CallOptions o) 
 
 WorkPtr Communicator::Impl::submit(std::string name, std::function<void(const WorkPtr&)> run, bool collective) {
   auto work = std::make_shared<Work>(name);
-  if (collective) work->set_helper([this, w = work.get()] { run_claimed(w); });
+  if (collective) {
+    work->set_helper([this, w = work.get()] { run_claimed(w); });
+    work->set_kick([this] { kick(); });
+  }
+  bool wake;
   {
     std::unique_lock<std::mutex> lk(mu);
     if (stop) throw Error("communicator is being destroyed");
-    queue.push_back(Op{std::move(name), std::move(run), work});
+    const auto now = Clock::now();
+    queue.push_back(Op{std::move(name), std::move(run), work, collective, now});
     queued.fetch_add(1);
+    last_submit = now;
+    // With point-to-point ops in flight the progress thread waits in the engine, and only it
+    // can run the op (run_claimed declines).
+    wake = !collective || eager || deep_sleep || npending.load() != 0;
   }
-  cv.notify_one();
-  engine->wake();
+  if (wake) {
+    cv.notify_one();
+    engine->wake();
+  }
   return work;
 }
 
+void Communicator::Impl::kick() {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (queue.empty()) return;
+    eager = true;
+  }
+  cv.notify_one();
+  engine->wake();
+}
+
 void Communicator::Impl::run_claimed(const Work* w) {
-  Op op;
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    if (running || stop || npending.load() != 0 || queue.empty() || queue.front().work.get() != w) return;
-    op = std::move(queue.front());
-    queue.pop_front();
-    queued.fetch_sub(1);
-    running = true;
+  for (;;) {
+    Op op;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (running || stop || npending.load() != 0 || queue.empty()) return;
+      if (!queue.front().collective) {  // a p2p op is posted by the progress thread
+        eager = true;
+        break;
+      }
+      op = std::move(queue.front());
+      queue.pop_front();
+      queued.fetch_sub(1);
+      running = true;
+      if (op.work.get() == w) eager = false;  // this caller waits at once
+    }
+    run_one(op);
+    bool more;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      running = false;
+      more = !queue.empty() || stop || engine->aborted();
+    }
+    if (op.work.get() == w) {
+      if (more) cv.notify_all();  // the progress thread re-checks what came meanwhile
+      return;
+    }
   }
-  run_one(op);
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    running = false;
-  }
-  cv.notify_all();  // ops queued meanwhile wait for the progress thread
+  cv.notify_one();
+  engine->wake();
 }
 
 void Communicator::Impl::fail_all(std::exception_ptr e) {
@@ -304,7 +358,7 @@ void Communicator::Impl::run_one(Op& op) {
     if (engine->aborted()) engine->throw_aborted();
     engine->begin_op(op.work->name().c_str(), Clock::now() + opts.timeout);
     op.run(op.work);
-    if (op.work->name() != "send" && op.work->name() != "recv") op.work->finish(nullptr);
+    if (op.collective) op.work->finish(nullptr);  // a p2p op completes in sweep_p2p
   } catch (const InvalidArgument&) {
     op.work->finish(std::current_exception());  // this op only; the group is fine
   } catch (...) {
@@ -321,9 +375,23 @@ void Communicator::Impl::loop() {
     Op op;
     {
       std::unique_lock<std::mutex> lk(mu);
-      // An inline op (running on a caller's thread) owns the engine until it ends.
-      auto ready = [&] { return (!queue.empty() && !running) || (engine->aborted() && !links_closed && !running); };
-      if (pending.empty()) cv.wait(lk, [&] { return (stop && !running) || ready(); });
+      // An inline op (running on a caller's thread) owns the engine until it ends. A queued
+      // collective belongs to its caller for kClaimGrace unless the communicator is eager.
+      while (pending.empty()) {
+        if ((stop && !running) || (engine->aborted() && !links_closed && !running)) break;
+        const auto now = Clock::now();
+        if (!queue.empty() && !running) {
+          const Op& front = queue.front();
+          if (!front.collective || eager || now - front.submitted >= kClaimGrace) break;
+          cv.wait_until(lk, front.submitted + kClaimGrace);
+        } else if (now - last_submit < kActiveFor) {
+          cv.wait_for(lk, kTick);
+        } else {
+          deep_sleep = true;
+          cv.wait(lk);
+          deep_sleep = false;
+        }
+      }
       if (queue.empty() && stop) break;
       if (engine->aborted() && !links_closed) {  // abort() from another thread while idle
         links_closed = true;
@@ -331,11 +399,12 @@ void Communicator::Impl::loop() {
         engine->close_links();
         continue;
       }
-      if (!queue.empty()) {
+      if (!queue.empty() && !running) {
         op = std::move(queue.front());
         queue.pop_front();
         queued.fetch_sub(1);
         running = true;
+        if (op.collective) eager = true;  // its caller did not wait for it at once
       }
     }
     if (op.work) {

@@ -3,6 +3,7 @@
 namespace shoal {
 
 bool Work::wait(std::chrono::milliseconds timeout) {
+  if (timeout != std::chrono::milliseconds::max()) kick_once();
   std::unique_lock<std::mutex> lk(mu_);
   if (!done_ && helper_ && timeout == std::chrono::milliseconds::max()) {  // an unbounded wait may run the op itself
     auto help = std::move(helper_);
@@ -21,8 +22,27 @@ bool Work::wait(std::chrono::milliseconds timeout) {
 }
 
 bool Work::test() const {
+  kick_once();
   std::lock_guard<std::mutex> lk(mu_);
   return done_;
+}
+
+void Work::run_async() const { kick_once(); }
+
+void Work::kick_once() const {
+  std::function<void()> kick;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (done_ || !kick_) return;
+    kick = std::move(kick_);
+    kick_ = nullptr;
+  }
+  kick();
+}
+
+void Work::set_kick(std::function<void()> kick) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!done_) kick_ = std::move(kick);
 }
 
 std::exception_ptr Work::error() const {
@@ -55,6 +75,7 @@ void Work::finish(std::exception_ptr err) {
     error_ = err;
     cb = std::move(callback_);
     helper_ = nullptr;
+    kick_ = nullptr;
   }
   cv_.notify_all();
   if (cb) cb();

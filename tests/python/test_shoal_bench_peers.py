@@ -40,8 +40,8 @@ def test_every_op_checked_against_the_reference(tmp_path, op):
     for x in rows:
         assert x["ompi_us"] > 0 and x["ompi_check"] == "ok" and x["check"] == "ok", x
         # (the JSON holds 6 significant digits)
-        assert x["ompi_ratio"] == pytest.approx(x["ompi_us"] / x["shoal_us"], rel=1e-5)
-        assert x["ratio"] == pytest.approx(x["gloo_us"] / x["shoal_us"], rel=1e-5)  # gloo keeps its field
+        assert x["ompi_ratio"] == pytest.approx(x["ompi_us"] / x["shoal_us"], rel=1e-4)
+        assert x["ratio"] == pytest.approx(x["gloo_us"] / x["shoal_us"], rel=1e-4)  # gloo keeps its field
         if op != "barrier":
             assert x["ompi_busbw"] > 0
 
