@@ -13,6 +13,11 @@ namespace shoal {
 class Work {
  public:
   explicit Work(std::string name) : name_(std::move(name)) {}
+  // For the core: `help` is called once, by the first unbounded wait() on the pending op, so that
+  // a caller who waits right away can run the op on its own thread instead of handing it to the
+  // progress thread; `kick` once, by the first run_async(), test() or bounded wait().
+  Work(std::string name, std::function<void(const Work*)> help, std::function<void()> kick)
+      : name_(std::move(name)), helper_(std::move(help)), kick_(std::move(kick)) {}
   // Blocks until the op completes or `timeout` passes. Returns true once complete; false if it is
   // still pending at `timeout`. Throws the op's error if it failed. (Every op also has the group's
   // deadline, so an op never stays pending forever.)
@@ -35,11 +40,6 @@ class Work {
 
   // For the core: mark the op finished (err null on success).
   void finish(std::exception_ptr err);
-  // For the core: called once by the first wait() on a pending op, so that a caller who waits
-  // right away can run the op on its own thread instead of handing it to the progress thread.
-  void set_helper(std::function<void()> help);
-  // For the core: called once by the first run_async(), test() or bounded wait() on a pending op.
-  void set_kick(std::function<void()> kick);
 
  private:
   void kick_once() const;
@@ -50,7 +50,7 @@ class Work {
   bool done_ = false;
   std::exception_ptr error_;
   std::function<void()> callback_;
-  std::function<void()> helper_;
+  std::function<void(const Work*)> helper_;
   mutable std::function<void()> kick_;
   std::atomic<int> source_{-1};
 };

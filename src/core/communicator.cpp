@@ -30,8 +30,9 @@ constexpr std::chrono::milliseconds kAbortPublishWait{500};
 
 // Collectives reach the progress thread lazily (Impl::submit says why). While ops were submitted
 // within kActiveFor, the idle progress thread looks at the queue every kTick, and takes a
-// collective that has waited kClaimGrace there unclaimed; after kActiveFor without a submit it
-// sleeps until woken.
+// collective it has seen first in the queue, unclaimed, for kClaimGrace; after kActiveFor without
+// a submit it sleeps until woken. (Only the progress thread reads the clock for this: a submit
+// does not.)
 constexpr std::chrono::microseconds kTick{1000};
 constexpr std::chrono::microseconds kClaimGrace{200};
 constexpr std::chrono::milliseconds kActiveFor{100};
@@ -67,11 +68,15 @@ struct Communicator::Impl {
   uint64_t coll_seq = 0;  // collectives submitted: part of every signature
 
   struct Op {
-    std::string name;
-    std::function<void(const WorkPtr&)> run;  // collectives: runs to completion; p2p: posts
+    const char* what = "op";
+    std::function<void(Ctx&)> body;           // a collective: runs it to completion
+    std::function<void(const WorkPtr&)> post;  // a p2p op: posts it (it completes in sweep_p2p)
+    uint64_t sig = 0;                          // the collective's signature, dtype and reduce op
+    DType dt = DType::u8;
+    ReduceOp rop = ReduceOp::sum;
     WorkPtr work;
-    bool collective = false;
-    Clock::time_point submitted;
+    uint64_t id = 0;  // submission number
+    bool collective() const { return static_cast<bool>(body); }
   };
   struct P2P {
     Request req;
@@ -86,7 +91,7 @@ struct Communicator::Impl {
   bool running = false;       // an op is executing (on the progress thread or inline)
   bool eager = false;         // callers here do not wait at once: wake the progress thread at submit
   bool deep_sleep = false;    // the progress thread waits untimed: a submit must wake it
-  Clock::time_point last_submit;
+  uint64_t submitted = 0;     // ops ever submitted
   std::atomic<int> npending{0};  // size of `pending`, readable without the progress thread
   bool links_closed = false;  // progress thread only, after an abort
   std::list<P2P> pending;  // progress thread only
@@ -105,7 +110,7 @@ struct Communicator::Impl {
   // thread"). A collective nobody waits for is taken by the ticking progress thread (kTick,
   // kClaimGrace) or woken for by run_async()/test()/a bounded wait (kick); once that happens the
   // communicator wakes the thread at every submit (eager) until a caller waits at once again.
-  WorkPtr submit(std::string name, std::function<void(const WorkPtr&)> run, bool collective = false);
+  WorkPtr submit(Op op);
   // A caller waits for `w`: runs the collectives queued up to and including it on this thread,
   // unless an op is running or point-to-point ops are in flight (then the progress thread does).
   void run_claimed(const Work* w);
@@ -141,17 +146,17 @@ struct Communicator::Impl {
     h = mix(mix(mix(h, static_cast<uint64_t>(root + 1)), static_cast<uint64_t>(algo)), extra);
     return mix(h, ++coll_seq);
   }
-  // Runs `body` for a collective on the progress thread with its own Ctx.
+  // Queues `body` as a collective; it runs with its own Ctx (run_one).
   WorkPtr collective(OpKind kind, DType dt, ReduceOp op, size_t count, int root, Algo algo, uint64_t extra,
                      std::function<void(Ctx&)> body) {
     check_open();
-    uint64_t sig = signature(kind, dt, op, count, root, algo, extra);
-    const char* what = op_kind_name(kind);
-    return submit(what, [this, sig, what, dt, op, body = std::move(body)](const WorkPtr&) {
-      ReduceOp kernel_op = op == ReduceOp::avg ? ReduceOp::sum : op;
-      Ctx ctx(*engine, shm.get(), scratch, rank, size, dt, kernel_op, what, sig, topo.topo, &topo.hosts);
-      body(ctx);
-    }, true);
+    Op o;
+    o.what = op_kind_name(kind);
+    o.body = std::move(body);
+    o.sig = signature(kind, dt, op, count, root, algo, extra);
+    o.dt = dt;
+    o.rop = op;
+    return submit(std::move(o));
   }
 };
 
@@ -235,20 +240,18 @@ Algo Communicator::algo_for(const std::string& op, size_t bytes, CallOptions o) 
   throw InvalidArgument("algo_for: unknown op '" + op + "'");
 }
 
-WorkPtr Communicator::Impl::submit(std::string name, std::function<void(const WorkPtr&)> run, bool collective) {
-  auto work = std::make_shared<Work>(name);
-  if (collective) {
-    work->set_helper([this, w = work.get()] { run_claimed(w); });
-    work->set_kick([this] { kick(); });
-  }
+WorkPtr Communicator::Impl::submit(Op op) {
+  const bool collective = op.collective();
+  WorkPtr work = collective ? std::make_shared<Work>(op.what, [this](const Work* w) { run_claimed(w); }, [this] { kick(); })
+                            : std::make_shared<Work>(op.what);
+  op.work = work;
   bool wake;
   {
     std::unique_lock<std::mutex> lk(mu);
     if (stop) throw Error("communicator is being destroyed");
-    const auto now = Clock::now();
-    queue.push_back(Op{std::move(name), std::move(run), work, collective, now});
+    op.id = ++submitted;
+    queue.push_back(std::move(op));
     queued.fetch_add(1);
-    last_submit = now;
     // With point-to-point ops in flight the progress thread waits in the engine, and only it
     // can run the op (run_claimed declines).
     wake = !collective || eager || deep_sleep || npending.load() != 0;
@@ -276,7 +279,7 @@ void Communicator::Impl::run_claimed(const Work* w) {
     {
       std::lock_guard<std::mutex> lk(mu);
       if (running || stop || npending.load() != 0 || queue.empty()) return;
-      if (!queue.front().collective) {  // a p2p op is posted by the progress thread
+      if (!queue.front().collective()) {  // a p2p op is posted by the progress thread
         eager = true;
         break;
       }
@@ -356,9 +359,15 @@ void Communicator::Impl::sweep_p2p() {
 void Communicator::Impl::run_one(Op& op) {
   try {
     if (engine->aborted()) engine->throw_aborted();
-    engine->begin_op(op.work->name().c_str(), Clock::now() + opts.timeout);
-    op.run(op.work);
-    if (op.collective) op.work->finish(nullptr);  // a p2p op completes in sweep_p2p
+    engine->begin_op(op.what, opts.timeout);
+    if (op.collective()) {
+      const ReduceOp kernel_op = op.rop == ReduceOp::avg ? ReduceOp::sum : op.rop;  // avg: the body scales
+      Ctx ctx(*engine, shm.get(), scratch, rank, size, op.dt, kernel_op, op.what, op.sig, topo.topo, &topo.hosts);
+      op.body(ctx);
+      op.work->finish(nullptr);
+    } else {
+      op.post(op.work);  // it completes in sweep_p2p
+    }
   } catch (const InvalidArgument&) {
     op.work->finish(std::current_exception());  // this op only; the group is fine
   } catch (...) {
@@ -371,6 +380,10 @@ void Communicator::Impl::run_one(Op& op) {
 }
 
 void Communicator::Impl::loop() {
+  uint64_t front_seen = 0;       // the op first in the queue when last looked, and since when
+  Clock::time_point front_since;
+  uint64_t submitted_seen = 0;   // `submitted` when it last changed, and when that was
+  Clock::time_point active_at = Clock::now();
   for (;;) {
     Op op;
     {
@@ -380,11 +393,14 @@ void Communicator::Impl::loop() {
       while (pending.empty()) {
         if ((stop && !running) || (engine->aborted() && !links_closed && !running)) break;
         const auto now = Clock::now();
+        if (submitted != submitted_seen) submitted_seen = submitted, active_at = now;
         if (!queue.empty() && !running) {
           const Op& front = queue.front();
-          if (!front.collective || eager || now - front.submitted >= kClaimGrace) break;
-          cv.wait_until(lk, front.submitted + kClaimGrace);
-        } else if (now - last_submit < kActiveFor) {
+          if (!front.collective() || eager) break;
+          if (front.id != front_seen) front_seen = front.id, front_since = now;
+          if (now - front_since >= kClaimGrace) break;
+          cv.wait_until(lk, front_since + kClaimGrace);
+        } else if (now - active_at < kActiveFor) {
           cv.wait_for(lk, kTick);
         } else {
           deep_sleep = true;
@@ -404,7 +420,7 @@ void Communicator::Impl::loop() {
         queue.pop_front();
         queued.fetch_sub(1);
         running = true;
-        if (op.collective) eager = true;  // its caller did not wait for it at once
+        if (op.collective()) eager = true;  // its caller did not wait for it at once
       }
     }
     if (op.work) {
@@ -458,13 +474,16 @@ WorkPtr Communicator::Impl::p2p(Request::Dir dir, void* buf, size_t count, DType
   // Posted in the background (pending), so a send and a receive issued back to back by two
   // ranks cannot deadlock each other; the tag and dtype are part of the frame's signature.
   uint64_t sig = mix(mix(0x5032505ull, tag), static_cast<uint64_t>(dt));
-  return submit(what, [this, dir, buf, bytes, peer, sig, what](const WorkPtr& w) {
+  Op o;
+  o.what = what;
+  o.post = [this, dir, buf, bytes, peer, sig, what](const WorkPtr& w) {
     pending.push_back(P2P{Request{dir, peer, static_cast<uint8_t*>(buf), bytes, sig, what}, w, Clock::now() + opts.timeout});
     npending.fetch_add(1);
     if (peer == kAnySource) return;  // posted to a link once its message is seen (match_any_source)
     if (dir == Request::Dir::recv) w->set_source(peer);
     engine->post(&pending.back().req);
-  });
+  };
+  return submit(std::move(o));
 }
 
 WorkPtr Communicator::send(const void* buf, size_t count, DType dt, int peer, uint64_t tag) {

@@ -4,7 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <deque>
+#include <list>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -100,7 +100,7 @@ class Ctx {
   const HostMap* hosts_;
   std::vector<int> engine_rank_;  // by rank of this context; empty: the same numbering
   int engine_rank(int peer) const { return engine_rank_.empty() ? peer : engine_rank_[peer]; }
-  std::deque<Request> reqs_;  // stable addresses
+  std::list<Request> reqs_;  // stable addresses; nothing allocated while empty (most direct ops)
 };
 
 }  // namespace shoal

@@ -19,6 +19,8 @@
 namespace shoal {
 namespace {
 constexpr auto kPeerCheckEvery = std::chrono::milliseconds(50);
+// A waiter reads the clock (for its spin, yield and deadline) once every this many idle polls.
+constexpr unsigned kPollsPerClockRead = 8;
 constexpr auto kMaxSleep = std::chrono::milliseconds(20);
 // A wait with at least this many bytes still to move over TCP, all one way, skips the yield
 // phase (Engine::one_way_bulk).
@@ -94,6 +96,12 @@ void Engine::set_shm(ShmControl* self, std::vector<ShmControl*> peers) {
 void Engine::begin_op(const char* what, Clock::time_point deadline) {
   what_ = what;
   deadline_ = deadline;
+  timeout_ = std::chrono::milliseconds(0);
+}
+
+void Engine::begin_op(const char* what, std::chrono::milliseconds timeout) {
+  what_ = what;
+  timeout_ = timeout;
 }
 
 void Engine::post(Request* r) {
@@ -139,8 +147,14 @@ void Engine::close_links() noexcept {
 }
 
 void Engine::ring(ShmControl* c) {
+  // The owner raises `sleeping` and fences before its last look at what it waits for (sleep());
+  // the caller stored its news before this fence. So either this load sees the flag and the owner
+  // is woken, or the owner's last look sees the news. An owner that is awake is not rung: a bump
+  // of its doorbell would pull the line it polls away from its core for nothing.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!c->sleeping.load(std::memory_order_relaxed)) return;
   c->doorbell.fetch_add(1, std::memory_order_seq_cst);
-  if (c->sleeping.load(std::memory_order_seq_cst)) futex_wake_all(&c->doorbell);
+  futex_wake_all(&c->doorbell);
 }
 
 void Engine::wake() {
@@ -156,6 +170,7 @@ void Engine::sleep(std::chrono::microseconds max, bool (*done)(void*), void* arg
   std::atomic<uint32_t> dummy{0};
   std::atomic<uint32_t>* sleeping = self_ ? &self_->sleeping : &dummy;
   sleeping->store(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the fence in ring()
   uint32_t snap = bell->load(std::memory_order_seq_cst);
   // Re-check after announcing sleep and taking the snapshot: news that arrived before the
   // snapshot is seen here; news after it changes the doorbell, so futex_wait returns at once.
@@ -239,12 +254,21 @@ void Engine::wait_loop(std::vector<int> waiting_for, bool (*done)(void*), void* 
                        void (*refresh)(void*, std::vector<int>&), bool may_yield) {
   const auto yield = may_yield ? yield_ : std::chrono::microseconds(0);
   auto spin_start = Clock::now();
+  if (timeout_.count() > 0) {
+    deadline_ = spin_start + timeout_;
+    timeout_ = std::chrono::milliseconds(0);
+  }
+  unsigned polls = 0;
   for (;;) {
     if (aborted()) throw_aborted();
     bool moved = poll();
     if (done(arg)) return;
     if (moved) {
       spin_start = Clock::now();
+      continue;
+    }
+    if (++polls % kPollsPerClockRead != 0) {  // the answer is often a few polls away
+      cpu_relax();
       continue;
     }
     auto now = Clock::now();

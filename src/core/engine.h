@@ -35,8 +35,11 @@ class Engine {
   int epoll_fd() const { return epfd_; }
   Link* link(int peer) const { return links_[peer].get(); }
 
-  // The op now running: its name and deadline, used in errors.
+  // The op now running: its name and deadline, used in errors. With a timeout instead, the
+  // deadline counts from the op's first wait (a wait reads the clock anyway; an op that never
+  // waits then reads it not at once).
   void begin_op(const char* what, Clock::time_point deadline);
+  void begin_op(const char* what, std::chrono::milliseconds timeout);
 
   void post(Request* r);
   // Progress until every request in [reqs, reqs+n) completes. Throws PeerError or Timeout; on
@@ -102,6 +105,7 @@ class Engine {
   bool any_tcp_ = false;
   const char* what_ = "op";
   Clock::time_point deadline_;
+  std::chrono::milliseconds timeout_{0};  // > 0: deadline_ is set by the op's first wait
   std::chrono::microseconds spin_;
   std::chrono::microseconds yield_;
   Clock::time_point last_check_;

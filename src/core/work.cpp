@@ -9,7 +9,7 @@ bool Work::wait(std::chrono::milliseconds timeout) {
     auto help = std::move(helper_);
     helper_ = nullptr;
     lk.unlock();
-    help();
+    help(this);
     lk.lock();
   }
   if (timeout == std::chrono::milliseconds::max()) {
@@ -40,11 +40,6 @@ void Work::kick_once() const {
   kick();
 }
 
-void Work::set_kick(std::function<void()> kick) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (!done_) kick_ = std::move(kick);
-}
-
 std::exception_ptr Work::error() const {
   std::lock_guard<std::mutex> lk(mu_);
   return error_;
@@ -59,11 +54,6 @@ void Work::on_complete(std::function<void()> fn) {
     }
   }
   fn();
-}
-
-void Work::set_helper(std::function<void()> help) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (!done_) helper_ = std::move(help);
 }
 
 void Work::finish(std::exception_ptr err) {
