@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Run shoal-bench against Gloo for every op and write BENCHMARKS.md's tables and plots.
+"""Run shoal-bench against its peers for every op and write BENCHMARKS.md's tables and plots.
 
     .venv/bin/python scripts/run_benchmarks.py --ranks 4 --out bench-results
+    .venv/bin/python scripts/run_benchmarks.py --ranks 2 --vs ompi --transports auto -b 8 -e 64M -f 8
 
 For each op (and each transport: shoal's automatic choice, then forced TCP) this runs
-`build/shoal-bench OP -n RANKS -b 4K -e 64M -f 4 --check --vs gloo --json ...`, keeps the JSON
-under --out, draws busbw against size for shoal and Gloo (one PNG per op), and prints a
-markdown section per op with time, busbw and the ratio gloo/shoal for every size. The
+`build/shoal-bench OP -n RANKS -b 4K -e 64M -f 4 --check --vs PEERS --json ...` (PEERS: gloo by
+default; ompi for Open MPI, or both), keeps the JSON under --out, draws busbw against size for
+shoal and each peer (one PNG per op), and prints a markdown section per op with time, busbw and
+the ratio peer/shoal for every size, and the worst ratio of each peer over the sizes. The
 commands it ran are printed with the tables, so every figure can be reproduced.
 """
 import argparse
@@ -27,7 +29,7 @@ def human(n):
     return str(n)
 
 
-def plot(results, path, title):
+def plot(results, path, title, peers):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -37,7 +39,8 @@ def plot(results, path, title):
         xs = [r["bytes"] for r in rows]
         ax.plot(xs, [r["shoal_busbw"] for r in rows], marker="o", label=f"shoal ({label})")
         if label == results[0][0]:
-            ax.plot(xs, [r.get("gloo_busbw", 0) for r in rows], marker="s", label="gloo (tcp)")
+            for peer, marker in zip(peers, "s^v"):
+                ax.plot(xs, [r.get(f"{peer}_busbw") or 0 for r in rows], marker=marker, label=peer)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("bytes")
     ax.set_ylabel("busbw (GB/s)")
@@ -49,13 +52,28 @@ def plot(results, path, title):
     plt.close(fig)
 
 
-def table(res):
-    out = ["| bytes | shoal µs | shoal busbw | gloo µs | gloo busbw | gloo/shoal time | check |",
-           "|---:|---:|---:|---:|---:|---:|---|"]
+def num(v, fmt):
+    return "-" if v is None else format(v, fmt)
+
+
+def table(res, peers):
+    head = "| bytes | shoal µs | shoal busbw |"
+    rule = "|---:|---:|---:|"
+    for p in peers:
+        head += f" {p} µs | {p} busbw | {p}/shoal time |"
+        rule += "---:|---:|---:|"
+    out = [head + " check |", rule + "---|"]
     for r in res["rows"]:
-        out.append(f"| {human(r['bytes'])} | {r['shoal_us']:.1f} | {r.get('shoal_busbw', 0):.3f} | "
-                   f"{r.get('gloo_us', float('nan')):.1f} | {r.get('gloo_busbw', 0):.3f} | "
-                   f"{r.get('ratio', float('nan')):.2f} | {r.get('check', '')} |")
+        line = f"| {human(r['bytes'])} | {num(r['shoal_us'], '.1f')} | {num(r.get('shoal_busbw'), '.3f')} |"
+        for p in peers:
+            line += f" {num(r.get(f'{p}_us'), '.1f')} | {num(r.get(f'{p}_busbw'), '.3f')} | {num(r.get(f'{p}_ratio'), '.2f')} |"
+        checks = [r.get("check", "")] + [r.get(f"{p}_check", "") for p in peers]
+        out.append(line + f" {'ok' if all(c == 'ok' for c in checks) else ', '.join(checks)} |")
+    for p in peers:
+        ratios = [(r[f"{p}_ratio"], r["bytes"]) for r in res["rows"] if r.get(f"{p}_ratio") is not None]
+        if ratios:
+            worst = min(ratios)
+            out.append(f"\nWorst {p}/shoal time: {worst[0]:.2f} at {human(worst[1])}.")
     return "\n".join(out)
 
 
@@ -66,28 +84,32 @@ def main():
     ap.add_argument("--transports", default="auto,tcp")
     ap.add_argument("-b", default="4K")
     ap.add_argument("-e", default="64M")
+    ap.add_argument("-f", default="4")
+    ap.add_argument("--vs", default="gloo", help="peers: gloo, ompi or gloo,ompi")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "bench"))
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "shoal-bench"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    peers = a.vs.split(",")
+    suffix = "" if peers == ["gloo"] else "-vs-" + "-".join(peers)  # files of the gloo tables keep their names
     for op in a.ops.split(","):
         runs = []
         print(f"\n### {op}, {a.ranks} ranks, f32\n")
         for tr in a.transports.split(","):
-            path = os.path.join(a.out, f"{op}-{a.ranks}-{tr}.json")
+            path = os.path.join(a.out, f"{op}-{a.ranks}-{tr}{suffix}.json")
             lo, hi = ("0", "0") if op == "barrier" else (a.b, a.e)
-            cmd = [a.bench, op, "-n", str(a.ranks), "-b", lo, "-e", hi, "-f", "4", "--transport", tr,
-                   "--check", "--vs", "gloo", "--json", path]
+            cmd = [a.bench, op, "-n", str(a.ranks), "-b", lo, "-e", hi, "-f", a.f, "--transport", tr,
+                   "--check", "--vs", a.vs, "--json", path]
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
             with open(path) as f:
                 res = json.load(f)
             runs.append((tr, res))
             shown = " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd[:-2])
             print(f"`{shown}` (shoal: {res.get('transport_used', tr)}):\n")
-            print(table(res) + "\n")
+            print(table(res, peers) + "\n")
         if op != "barrier":
-            png = os.path.join(a.out, f"{op}-{a.ranks}.png")
-            plot(runs, png, f"{op}, {a.ranks} ranks, f32")
+            png = os.path.join(a.out, f"{op}-{a.ranks}{suffix}.png")
+            plot(runs, png, f"{op}, {a.ranks} ranks, f32", peers)
             print(f"![{op}]({os.path.relpath(png, ROOT)})\n")
         sys.stdout.flush()
 

@@ -10,8 +10,10 @@
 //  - a peer that stalls (SIGSTOP): the others fail at the group's timeout;
 //  - shared-memory segments are private (mode 0600) and none is left in /dev/shm afterwards,
 //    even when ranks crash (before, during or after the rendezvous).
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -530,6 +532,41 @@ TEST(DevShm, WholeGroupKilled) {
   for (const auto& o : res.ranks) EXPECT_EQ(o.signal, SIGKILL) << res.describe();
   auto left = leftover_segments(before, res);
   EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << join(left);
+}
+
+// A /dev/shm without room for the group's segments (a container's): every rank fails at
+// construction at once, with an error that says how much is needed and how much is free, whether
+// every rank ran out or only the later ones; nothing is left there; the group runs over TCP.
+TEST(DevShm, TooSmallIsAnErrorAtCreation) {
+  // A private mount namespace with a small tmpfs on /dev/shm (needs CAP_SYS_ADMIN, which root
+  // has in a container or sandbox).
+  if (unshare(CLONE_NEWNS) != 0) GTEST_SKIP() << "unshare(CLONE_NEWNS): " << std::strerror(errno);
+  ASSERT_EQ(mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0) << std::strerror(errno);
+  // 8 MiB: no rank's segment fits (each reserves about 24 MiB); 40 MiB: the first fits.
+  for (const char* size : {"size=8m", "size=40m"}) {
+    SCOPED_TRACE(size);
+    ASSERT_EQ(mount("tmpfs", "/dev/shm", "tmpfs", 0, size), 0) << std::strerror(errno);
+    const double t0 = now_seconds();
+    auto res = run_ranks_outcomes(4, failure_config("shm", 60), [](Communicator&) { SH_CHECK(false) << "construction succeeded"; });
+    EXPECT_LT(now_seconds() - t0, 20.0) << "the ranks waited for one that could not make its segment\n" << res.describe();
+    for (const auto& o : res.ranks) {
+      EXPECT_FALSE(o.hung) << res.describe();
+      EXPECT_EQ(o.error_kind, "setup") << res.describe();
+      EXPECT_NE(o.message.find("not enough shared memory"), std::string::npos) << o.message;
+      EXPECT_NE(o.message.find("of /dev/shm"), std::string::npos) << o.message;
+      EXPECT_NE(o.message.find("is free"), std::string::npos) << o.message;
+    }
+    EXPECT_TRUE(list_dev_shm_shoal().empty()) << "left in the small /dev/shm: " << join(list_dev_shm_shoal());
+    ASSERT_EQ(umount("/dev/shm"), 0) << std::strerror(errno);
+  }
+  ASSERT_EQ(mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=8m"), 0) << std::strerror(errno);
+  auto res = run_ranks_outcomes(4, failure_config("tcp", 60), [](Communicator& c) {
+    std::vector<double> x(1000, 1.0), y(1000, 0.0);
+    c.allreduce(x.data(), y.data(), 1000, DType::f64, ReduceOp::sum)->wait();
+    SH_CHECK_EQ(y[999], 4.0);
+  });
+  for (const auto& o : res.ranks) EXPECT_TRUE(o.ok()) << res.describe();
+  umount("/dev/shm");
 }
 
 }  // namespace

@@ -64,6 +64,16 @@ size_t pow2_at_least(size_t v) {
   return p;
 }
 
+// Bytes of each inbound ring when SHOAL_SHM_RING is not set: 1 MiB while a host has at most 9
+// ranks, then shrinking so that a rank's rings stay within kRingBudget (at least 64 KiB each):
+// with the 16 MiB scratch, a rank reserves at most about 24 MiB up to 128 ranks on a host.
+constexpr size_t kRingBudget = size_t(8) << 20;
+size_t default_ring_bytes(int slots) {
+  size_t r = size_t(1) << 20;
+  while (r > (size_t(64) << 10) && r * static_cast<size_t>(std::max(1, slots - 1)) > kRingBudget) r >>= 1;
+  return r;
+}
+
 // Every rank sets key/<rank>; returns all ranks' values.
 std::vector<std::string> all_gather(Store& store, const std::string& key, int rank, int size, const std::string& mine,
                                     Millis timeout) {
@@ -103,6 +113,9 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   const auto host_ids = all_gather(store, "hostid", rank, size, host_identity(), timeout);
   const bool one_host = std::all_of(host_ids.begin(), host_ids.end(), [&](auto& h) { return h == host_ids[0]; });
   topo.hosts = HostMap::from_ids(host_ids);
+  // Shared-memory ring slots: the ranks of this host, in rank order.
+  const std::vector<int>& local = topo.hosts.ranks[topo.hosts.host_of[rank]];
+  auto slot_of = [&](int r) { return static_cast<int>(std::find(local.begin(), local.end(), r) - local.begin()); };
 
   std::vector<bool> shm_pair(size, false);
   bool any_shm = false;  // some pair of ranks in the group uses shm (the same answer on every rank)
@@ -110,12 +123,27 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
     ShmSegment::remove_stale_segments();
     uint64_t nonce;
     random_bytes(reinterpret_cast<uint8_t*>(&nonce), sizeof nonce);
-    const size_t ring = pow2_at_least(env_size("SHOAL_SHM_RING", 1 << 20));
+    const int slots = static_cast<int>(local.size());
+    const size_t ring = std::getenv("SHOAL_SHM_RING") && *std::getenv("SHOAL_SHM_RING")
+                            ? pow2_at_least(env_size("SHOAL_SHM_RING", 1 << 20))
+                            : default_ring_bytes(slots);
     const size_t scratch = env_size("SHOAL_SHM_SCRATCH", 16 << 20);
     const std::string name = ShmSegment::make_name(getpid(), short_id, rank);
-    topo.segs[rank] = ShmSegment::create(name, size, ring, scratch, nonce);
-
-    auto hosts = all_gather(store, "host", rank, size, host_identity() + "|" + name + "|" + std::to_string(nonce), timeout);
+    // A rank that cannot make its segment says so to the others before it fails, so that they
+    // fail at once with its reason rather than wait for it until the timeout.
+    std::string made = host_identity() + "|" + name + "|" + std::to_string(nonce);
+    std::string failure;
+    try {
+      topo.segs[rank] = ShmSegment::create(name, slots, ring, scratch, nonce);
+    } catch (const Error& e) {
+      failure = e.what();
+      made = "!" + failure;
+    }
+    auto hosts = all_gather(store, "host", rank, size, made, timeout);
+    if (!failure.empty()) throw Error(failure);
+    for (int r = 0; r < size; ++r)
+      if (!hosts[r].empty() && hosts[r][0] == '!')
+        throw Error("rank " + std::to_string(r) + " could not make its shared-memory segment: " + hosts[r].substr(1));
     const std::string me = host_identity();
     std::string reach(size, '0');
     reach[rank] = '1';
@@ -126,7 +154,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
       try {
         ShmSegment s = ShmSegment::open_existing(hosts[r].substr(a + 1, b - a - 1));
         if (std::to_string(s.control()->nonce) == hosts[r].substr(b + 1) &&
-            s.control()->ring_bytes == ring && s.control()->size == size) {
+            s.control()->ring_bytes == ring && s.control()->size == slots) {
           topo.segs[r] = std::move(s);
           reach[r] = '1';
         }
@@ -153,7 +181,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
 
   std::vector<std::unique_ptr<Link>> links(size);
   for (int r = 0; r < size; ++r)
-    if (shm_pair[r]) links[r] = std::make_unique<ShmLink>(rank, r, topo.segs[rank], topo.segs[r]);
+    if (shm_pair[r]) links[r] = std::make_unique<ShmLink>(rank, r, slot_of(rank), slot_of(r), topo.segs[rank], topo.segs[r]);
 
   TcpConfig cfg;
   cfg.rank = rank;

@@ -27,14 +27,14 @@ void copy_out(uint8_t* dst, const uint8_t* ring, uint64_t cap, uint64_t pos, uin
 }
 }  // namespace
 
-ShmLink::ShmLink(int rank, int peer, const ShmSegment& mine, const ShmSegment& theirs)
+ShmLink::ShmLink(int rank, int peer, int my_slot, int peer_slot, const ShmSegment& mine, const ShmSegment& theirs)
     : rank_(rank),
       peer_(peer),
       peer_ctl_(theirs.control()),
-      out_(theirs.ring(rank)),
-      out_data_(theirs.ring_data(rank)),
-      in_(mine.ring(peer)),
-      in_data_(mine.ring_data(peer)),
+      out_(theirs.ring(my_slot)),
+      out_data_(theirs.ring_data(my_slot)),
+      in_(mine.ring(peer_slot)),
+      in_data_(mine.ring_data(peer_slot)),
       self_ctl_(mine.control()),
       cap_(mine.control()->ring_bytes) {
   out_head_ = out_->head.load(std::memory_order_relaxed);

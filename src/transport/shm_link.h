@@ -12,8 +12,9 @@ namespace shoal {
 
 class ShmLink : public Link {
  public:
-  // `mine` is this rank's segment, `theirs` the peer's (mapped here).
-  ShmLink(int rank, int peer, const ShmSegment& mine, const ShmSegment& theirs);
+  // `mine` is this rank's segment, `theirs` the peer's (mapped here); `my_slot` and `peer_slot`
+  // the two ranks' ring slots (their places among the ranks of the host).
+  ShmLink(int rank, int peer, int my_slot, int peer_slot, const ShmSegment& mine, const ShmSegment& theirs);
   void post(Request* r) override;
   bool progress() override;
   bool busy() const override { return !sends_.empty() || !recvs_.empty(); }

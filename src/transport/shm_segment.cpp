@@ -5,9 +5,11 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <new>
 
@@ -26,6 +28,23 @@ size_t total_bytes(int size, size_t ring_bytes, size_t scratch_bytes) {
   return control_bytes() + size * ring_stride(ring_bytes) + round_up(scratch_bytes, kPage);
 }
 std::string errno_text() { return std::strerror(errno); }
+
+std::string mib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f MiB", bytes / (1 << 20));
+  return b;
+}
+
+std::string no_room_message(size_t bytes, int slots) {
+  std::string free_text = "an unknown amount";
+  struct statvfs v;
+  if (statvfs("/dev/shm", &v) == 0)
+    free_text = mib(static_cast<double>(v.f_bavail) * v.f_frsize) + " of " + mib(static_cast<double>(v.f_blocks) * v.f_frsize);
+  return "not enough shared memory: this rank's segment needs " + mib(static_cast<double>(bytes)) + " of /dev/shm (" +
+         std::to_string(slots) + " ranks on this host: about " + mib(static_cast<double>(bytes) * slots) +
+         " in all), and " + free_text + " is free. Give /dev/shm more room (containers often get 64 MiB: docker run "
+         "--shm-size=1g), leave more of it free (Ray's object store lives there too), or set SHOAL_TRANSPORT=tcp";
+}
 }  // namespace
 
 std::string ShmControl::aborted_message(int owner) const {
@@ -36,16 +55,23 @@ std::string ShmSegment::make_name(int pid, const std::string& group_id, int rank
   return "/shoal-" + std::to_string(pid) + "-" + group_id + "-" + std::to_string(rank);
 }
 
+size_t ShmSegment::bytes_for(int slots, size_t ring_bytes, size_t scratch_bytes) {
+  return total_bytes(slots, ring_bytes, scratch_bytes);
+}
+
 ShmSegment ShmSegment::create(const std::string& name, int size, size_t ring_bytes, size_t scratch_bytes,
                               uint64_t nonce) {
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) throw Error("shm_open(" + name + ") failed: " + errno_text());
   size_t bytes = total_bytes(size, ring_bytes, scratch_bytes);
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    int e = errno;
+  // posix_fallocate, not ftruncate alone: a sparse segment would take its pages at first touch,
+  // and a full /dev/shm then kills the process with SIGBUS in the middle of an op.
+  int e = ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? posix_fallocate(fd, 0, static_cast<off_t>(bytes)) : errno;
+  if (e != 0) {
     close(fd);
     shm_unlink(name.c_str());
-    throw Error("ftruncate of shared segment " + name + " to " + std::to_string(bytes) + " bytes failed: " + std::strerror(e));
+    if (e == ENOSPC || e == EFBIG || e == ENOMEM) throw Error(no_room_message(bytes, size));
+    throw Error("reserving " + std::to_string(bytes) + " bytes for shared segment " + name + " failed: " + std::strerror(e));
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);

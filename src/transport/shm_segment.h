@@ -1,5 +1,7 @@
-// One rank's shared-memory segment: its control block, the inbound rings from each peer and a
-// scratch area the direct algorithms use. Created by its owner with mode 0600 under a name that
+// One rank's shared-memory segment: its control block, the inbound rings from each peer on its
+// host (one per slot: the host's ranks in rank order, its own slot unused) and a scratch area the
+// direct algorithms use. Every page is reserved when the segment is made, so a /dev/shm without
+// room is an error then, never a SIGBUS at a later first touch. Created by its owner with mode 0600 under a name that
 // carries the owner's pid ("/shoal-<pid>-<group id>-<rank>"), mapped by same-host peers, and
 // unlinked by the owner once every peer has mapped it; remove_stale_segments() unlinks what a
 // crashed process left between creation and that point.
@@ -15,7 +17,7 @@ struct alignas(64) ShmControl {
   uint64_t magic;
   uint64_t nonce;  // the probe: a peer that can open the segment and read this nonce shares our memory
   int32_t pid;
-  int32_t size;
+  int32_t size;  // ring slots: the ranks of the owner's host
   uint64_t ring_bytes;
   uint64_t scratch_bytes;
   alignas(64) std::atomic<uint32_t> doorbell;  // bumped by anyone with news for the owner
@@ -37,8 +39,10 @@ struct alignas(64) ShmRing {  // single producer (the peer), single consumer (th
 
 class ShmSegment {
  public:
-  // Creates this rank's segment (O_EXCL, 0600) or maps a peer's (open_existing). Throws Error.
-  static ShmSegment create(const std::string& name, int size, size_t ring_bytes, size_t scratch_bytes, uint64_t nonce);
+  // Creates this rank's segment (O_EXCL, 0600) or maps a peer's (open_existing). Throws Error;
+  // for lack of room in /dev/shm, one that says how much it needs and how much is free.
+  static ShmSegment create(const std::string& name, int slots, size_t ring_bytes, size_t scratch_bytes, uint64_t nonce);
+  static size_t bytes_for(int slots, size_t ring_bytes, size_t scratch_bytes);
   static ShmSegment open_existing(const std::string& name);  // throws Error if absent or not ours
   ShmSegment() = default;
   ShmSegment(ShmSegment&& o) noexcept;
@@ -46,7 +50,7 @@ class ShmSegment {
   ~ShmSegment();
 
   ShmControl* control() const { return reinterpret_cast<ShmControl*>(base_); }
-  ShmRing* ring(int from) const;      // inbound ring written by rank `from`
+  ShmRing* ring(int from) const;      // inbound ring written by the rank in slot `from`
   uint8_t* ring_data(int from) const;
   uint8_t* scratch() const;
   bool valid() const { return base_ != nullptr; }
