@@ -21,10 +21,6 @@ void barrier_dissemination(Ctx& c) {
   for (int d = 1; d < p; d *= 2) c.sendrecv(mod(r + d, p), &kByte, 1, mod(r - d, p), &sink, 1);
 }
 
-void barrier_direct(Ctx& c) {
-  direct::begin(c, direct::Sig(OpKind::barrier, c).value());
-  c.shm()->barrier();
-  direct::check(c);
-}
+void barrier_direct(Ctx& c) { direct::barrier_small(c, direct::Sig(OpKind::barrier, c).value()); }
 
 }  // namespace shoal::algo

@@ -23,6 +23,7 @@ namespace {
 using namespace direct;
 
 void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, uint64_t sig) {
+  if (small_fits(b.max_len())) return gather_small(c, in, out, b, root, sig);
   ShmGroup& g = *c.shm();
   const int p = c.size, r = c.rank;
   begin(c, sig);

@@ -42,6 +42,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   const size_t es = c.esize, n = count * es;
   Sig s(root < 0 ? OpKind::allreduce : OpKind::reduce, c);
   s.add(static_cast<uint64_t>(c.op)).add(count).add(static_cast<uint64_t>(root + 1));
+  if (small_fits(count * c.esize)) return allreduce_small(c, in, out, count, root, s.value());
   begin(c, s.value());
   const bool writes_out = root < 0 || r == root;
   std::vector<const void*> srcs(p);

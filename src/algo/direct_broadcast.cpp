@@ -26,6 +26,7 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
   const size_t n = count * c.esize;
   Sig s(OpKind::broadcast, c);
   s.add(count).add(static_cast<uint64_t>(root));
+  if (small_fits(n)) return broadcast_small(c, buf, count, root, s.value());
   begin(c, s.value());
   const size_t cb = chunk_target(g, p) / c.esize * c.esize;
   const size_t nchunks = std::max<size_t>(1, (n + cb - 1) / cb);
@@ -50,6 +51,7 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
   const size_t es = c.esize, bs = count * es;
   Sig s(OpKind::scatter, c);
   s.add(count).add(static_cast<uint64_t>(root));
+  if (small_fits(bs * static_cast<size_t>(p))) return scatter_small(c, in, out, count, root, s.value());
   begin(c, s.value());
   // pb: bytes of each block per chunk; the root's slot holds one piece of every block.
   const size_t pb = std::max(es, std::min(slot_bytes(g) / p, chunk_target(g, p)) / 64 * 64 / es * es);

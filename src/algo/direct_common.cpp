@@ -14,9 +14,12 @@ uint64_t* header(ShmGroup& g, int r) { return reinterpret_cast<uint64_t*>(g.scra
 
 void begin(Ctx& c, uint64_t sig) {
   ShmGroup& g = *c.shm();
-  if (g.scratch_bytes() < kHeaderBytes + 2 * 64 * static_cast<size_t>(c.size) + 64)
+  if (g.scratch_bytes() < kHeaderBytes + kSmallArea + 2 * 64 * static_cast<size_t>(c.size) + 64)
     throw Error(std::string(c.what) + ": the shared-memory scratch area (" + std::to_string(g.scratch_bytes()) +
                 " bytes) is too small for the direct algorithms");
+  const Small sm = small_begin(c, sig);
+  small_publish(c, sm);
+  small_done(c, sm);
   uint64_t* h = header(g, c.rank);
   const uint64_t n = h[0] + 1;  // word 0 is private to this rank
   h[0] = n;
@@ -46,7 +49,7 @@ void end(Ctx& c, size_t nchunks) {
   if (nchunks % 2 == 0) c.shm()->barrier();
 }
 
-size_t slot_bytes(ShmGroup& g) { return (g.scratch_bytes() - kHeaderBytes) / 2 / 64 * 64; }
+size_t slot_bytes(ShmGroup& g) { return (g.scratch_bytes() - kHeaderBytes - kSmallArea) / 2 / 64 * 64; }
 
 size_t chunk_target(ShmGroup& g, int p) {
   size_t t = kWorkingSetBytes / (2 * static_cast<size_t>(p));

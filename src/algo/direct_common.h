@@ -1,9 +1,13 @@
 // Shared-memory ("direct") algorithms: common layout, chunk sizes and the mismatch check.
 //
 // Every rank's scratch area (ShmGroup::scratch(r), scratch_bytes() each) is laid out as
-//   [0, kHeaderBytes)   header: word 0 = this rank's count of direct ops (private to the owner),
-//                       words 1 and 2 = the token of its op with an odd / even number (published)
-//   [kHeaderBytes, ..)  data: two slots of slot_bytes() each, used alternately by chunk
+//   [0, kHeaderBytes)   header: word 0 = this rank's count of chunked direct ops (private to the
+//                       owner), words 1 and 2 = the token of its chunked op with an odd / even
+//                       number (published); words 3 and 4 = its count of all direct ops and the
+//                       least `done` it knows of its peers (private); word 8 = `done`, the last
+//                       direct op whose small slots it has finished reading (published; own line)
+//   [.., + kSmallArea)  small slots: kSmallSlots of kSmallSlotBytes (direct_small.cpp)
+//   [.., end)           data: two slots of slot_bytes() each, used alternately by chunk
 //
 // Mismatch check. Direct algorithms move no framed messages, so the framing cannot catch ranks
 // that called different ops or counts (which would read a peer's scratch out of bounds or out of
@@ -29,6 +33,12 @@
 namespace shoal::algo::direct {
 
 inline constexpr size_t kHeaderBytes = 128;
+// Small ops (direct_small.cpp): each direct op, numbered n from 1 by every rank, has slot n %
+// kSmallSlots of every rank: a line holding its number and token, then up to kSmallBytes of data.
+inline constexpr int kSmallSlots = 4;
+inline constexpr size_t kSmallBytes = 8192;
+inline constexpr size_t kSmallSlotBytes = 64 + kSmallBytes;
+inline constexpr size_t kSmallArea = kSmallSlots * kSmallSlotBytes;
 // Per-rank bytes one pipeline chunk moves through scratch: the whole group touches about
 // 2·p·chunk bytes of scratch per phase, kept under kWorkingSetBytes so it stays in L3.
 inline constexpr size_t kWorkingSetBytes = size_t(16) << 20;
@@ -58,7 +68,9 @@ class Sig {
   uint64_t h_ = 0x5348414c44495245ull;
 };
 
-// Writes this op's token (sig mixed with this rank's direct-op number) into the own header.
+// Starts a chunked direct op: writes its token (sig mixed with this rank's chunked-op number)
+// into the own header, and takes its number among all direct ops (small_begin and small_publish
+// with no data, so that a peer in a small op at the same number sees the mismatch).
 void begin(Ctx& c, uint64_t sig);
 // After the op's first barrier: throws PeerError unless every rank published the same token.
 void check(Ctx& c);
@@ -76,7 +88,39 @@ int slot_of(Ctx& c, size_t m);
 void end(Ctx& c, size_t nchunks);
 // Bytes of one of the two data slots of each rank's scratch (a multiple of 64).
 size_t slot_bytes(ShmGroup& g);
-inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderBytes + s * slot_bytes(g); }
+inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderBytes + kSmallArea + s * slot_bytes(g); }
+
+// ---- Small ops: no barrier (direct_small.cpp) ----------------------------------------------------
+//
+// A small op writes its data with its number and token into the rank's own slot, reads what it
+// needs from the peers' slots once their number is there (checking their token: a peer in a
+// different call is a PeerError), and says it is done. A rank reuses a slot only after every peer
+// is done with the op that used it last, so ranks may be up to kSmallSlots - 1 ops apart and no op
+// waits for a peer that only reads (a broadcast's root, a reduce's other ranks leave at once).
+struct Small {
+  uint64_t n;    // this op's number among the direct ops
+  uint64_t tok;  // its token: the op's signature mixed with n
+};
+// Takes the next op number and waits until its slot is free here. Throws like a wait.
+Small small_begin(Ctx& c, uint64_t sig);
+// This rank's slot for op `s`: write the data there before small_publish.
+uint8_t* small_data(Ctx& c, const Small& s);
+// Publishes the own slot's number and token (after its data).
+void small_publish(Ctx& c, const Small& s);
+// Waits until rank j has published op `s` (PeerError if it published another call); returns its data.
+const uint8_t* small_wait(Ctx& c, int j, const Small& s);
+void small_wait_all(Ctx& c, const Small& s);  // every other rank
+// This rank reads no more of the peers' slots for op `s`.
+void small_done(Ctx& c, const Small& s);
+// Whether an op that puts `bytes` in each slot runs as a small op.
+inline bool small_fits(size_t bytes) { return bytes <= kSmallBytes; }
+// The small versions of the direct ops (root < 0: all ranks want the result).
+void allreduce_small(Ctx& c, const void* in, void* out, size_t count, int root, uint64_t sig);
+void broadcast_small(Ctx& c, void* buf, size_t count, int root, uint64_t sig);
+void gather_small(Ctx& c, const void* in, void* out, const Blocks& b, int root, uint64_t sig);
+void scatter_small(Ctx& c, const void* in, void* out, size_t count, int root, uint64_t sig);
+void reduce_scatter_small(Ctx& c, const void* in, void* out, size_t count, uint64_t sig);
+void barrier_small(Ctx& c, uint64_t sig);
 // Target bytes per rank per chunk: kWorkingSetBytes / (2p), clamped to [kMinChunkBytes,
 // kMaxChunkBytes] and to the slot.
 size_t chunk_target(ShmGroup& g, int p);

@@ -29,6 +29,7 @@ void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count) {
   const size_t es = c.esize;
   Sig s(OpKind::reduce_scatter, c);
   s.add(static_cast<uint64_t>(c.op)).add(count);
+  if (small_fits(count * es * static_cast<size_t>(p))) return reduce_scatter_small(c, in, out, count, s.value());
   begin(c, s.value());
   // pe: elements of each block per chunk, whole cache lines where possible.
   const size_t line = 64 / es;

@@ -85,7 +85,7 @@ std::string usage() {
       "                         transport), ompi (Open MPI, ranks started by mpirun); repeat or list: gloo,ompi\n"
       "  --mpirun-args ARGS     extra mpirun arguments for --vs ompi (e.g. \"--mca coll_tuned_use_dynamic_rules 1\")\n"
       "  --json FILE            rank 0 writes the results to FILE as JSON\n"
-      "  --iters N              timed iterations per size (default adaptive: ~0.2 s, 3..1000)\n"
+      "  --iters N              timed iterations per size (default adaptive: ~0.2 s, 3..100000)\n"
       "  --warmup N             untimed iterations per size (default 5, or 2 from 8M)\n"
       "SIZE is the nccl-tests size: the buffer of allreduce/broadcast/reduce/sendrecv, the total\n"
       "(all ranks' blocks) of allgather/reduce_scatter/alltoall/gather/scatter. See docs/bench.md.\n";

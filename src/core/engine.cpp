@@ -26,12 +26,14 @@ constexpr auto kMaxSleep = std::chrono::milliseconds(20);
 // phase (Engine::one_way_bulk).
 constexpr size_t kBulkBytes = size_t(1) << 20;
 
-// How long a waiter polls before it sleeps. Ranks often outnumber cores: then a spinning waiter
-// steals the core from the peer it waits for, so it polls only briefly (SHOAL_SPIN_US overrides).
+// How long a waiter polls before it yields or sleeps. Ranks often outnumber cores: then a
+// spinning waiter steals the core from the peer it waits for, so it yields at once (after the
+// few polls of the wait's first rounds; BENCHMARKS.md, "Waiting when ranks outnumber cores").
+// SHOAL_SPIN_US overrides.
 std::chrono::microseconds spin_time(int size) {
   if (const char* s = std::getenv("SHOAL_SPIN_US"); s && *s) return std::chrono::microseconds(std::atoi(s));
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  return std::chrono::microseconds(static_cast<unsigned>(size) <= cores ? 50 : 5);
+  return std::chrono::microseconds(static_cast<unsigned>(size) <= cores ? 50 : 0);
 }
 
 // After polling, a waiter whose group has more ranks than cores yields its core for a while

@@ -21,6 +21,11 @@ class ShmGroup {
   // PeerError if a peer dies or aborts, Timeout at the op's deadline. Memory written to scratch
   // areas before barrier() is visible to every rank after it.
   virtual void barrier() = 0;
+  // Waits until done(arg) holds, as barrier() waits; `peer` (or every peer, when -1) is the one
+  // whose death or abort fails the wait. For protocols of their own over the scratch areas.
+  virtual void wait(bool (*done)(void*), void* arg, int peer) = 0;
+  // Wakes every peer that sleeps in a wait (after writing what it may be waiting for).
+  virtual void ring_peers() = 0;
 };
 
 }  // namespace shoal

@@ -44,4 +44,12 @@ void ShmGroupImpl::barrier() {
       engine_.fail_peer(r, ctl_[r]->aborted_message(r));
 }
 
+void ShmGroupImpl::wait(bool (*done)(void*), void* arg, int peer) {
+  engine_.wait_until([&] { return done(arg); }, peer >= 0 ? std::vector<int>{peer} : others_);
+}
+
+void ShmGroupImpl::ring_peers() {
+  for (int r : others_) Engine::ring(ctl_[r]);
+}
+
 }  // namespace shoal

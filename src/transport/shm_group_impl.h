@@ -18,6 +18,8 @@ class ShmGroupImpl : public ShmGroup {
   uint8_t* scratch(int r) override { return scratch_[r]; }
   size_t scratch_bytes() const override { return scratch_bytes_; }
   void barrier() override;
+  void wait(bool (*done)(void*), void* arg, int peer) override;
+  void ring_peers() override;
 
  private:
   Engine& engine_;

@@ -1,0 +1,184 @@
+// Direct shared-memory ops for small messages (single host): no barrier.
+//
+// Cost of an allreduce of n ≤ kSmallBytes: α' + n·β + (p-1)·n·β + (p-1)·n·γ, where α' is one
+// cache line from each peer (its slot's number, the data in the lines right after it) instead of
+// a barrier's round trips between every pair of ranks. Each rank
+// copies its input into its own slot, reads every peer's slot when its number is there, and
+// reduces all p in rank order. A barrier costs a round trip between every pair of ranks and, when
+// ranks outnumber cores, a turn on a core for every rank before any leaves; here a rank waits only
+// for the data it reads, and a rank that reads nothing (a broadcast's root, the non-root ranks of
+// a reduce or gather) leaves at once. Slots rotate (kSmallSlots), so ranks may drift up to
+// kSmallSlots - 1 ops apart; a rank reuses a slot once every peer has said it is done with the op
+// that used it (`done`, read from the peers only when the last value seen is too old).
+//
+// Mismatched calls: every direct op writes its number and token in its slot (chunked ones too,
+// in begin()), and a reader compares the token with its own: a peer in another call is a
+// PeerError, never a wrong result.
+#include <vector>
+
+#include "algo/direct_common.h"
+#include "reduce/copy.h"
+#include "reduce/reduce.h"
+#include "shoal/error.h"
+#include "transport/futex.h"
+
+namespace shoal::algo::direct {
+namespace {
+
+constexpr int kQuickPolls = 32;  // polls of a slot before the engine's wait (clock, peers, sleep)
+
+struct SlotHead {
+  std::atomic<uint64_t> n;  // the op whose data the slot holds (published last)
+  uint64_t tok;
+};
+
+uint64_t* header(ShmGroup& g, int r) { return reinterpret_cast<uint64_t*>(g.scratch(r)); }
+std::atomic<uint64_t>& done_word(ShmGroup& g, int r) {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(header(g, r) + 8);
+}
+uint8_t* small_slot(ShmGroup& g, int r, uint64_t n) {
+  return g.scratch(r) + kHeaderBytes + (n % kSmallSlots) * kSmallSlotBytes;
+}
+SlotHead& head(ShmGroup& g, int r, uint64_t n) { return *reinterpret_cast<SlotHead*>(small_slot(g, r, n)); }
+
+// Wakes the peers that sleep (an awake peer costs a load of a line it rarely writes).
+void ring_peers(Ctx& c) { c.shm()->ring_peers(); }
+
+// Waits until cond() holds, polling briefly before ShmGroup::wait (which reads the clock, sleeps,
+// and fails on a dead or aborted `peer`, every peer when -1, or at the deadline).
+template <class F>
+void wait_for(Ctx& c, F cond, int peer) {
+  for (int i = 0; i < kQuickPolls; ++i) {
+    if (cond()) return;
+    cpu_relax();
+  }
+  if (!cond()) c.shm()->wait([](void* f) { return (*static_cast<F*>(f))(); }, &cond, peer);
+}
+
+}  // namespace
+
+Small small_begin(Ctx& c, uint64_t sig) {
+  ShmGroup& g = *c.shm();
+  if (g.scratch_bytes() < kHeaderBytes + kSmallArea)
+    throw Error(std::string(c.what) + ": the shared-memory scratch area (" + std::to_string(g.scratch_bytes()) +
+                " bytes) is too small for the direct algorithms");
+  uint64_t* h = header(g, c.rank);
+  const uint64_t n = ++h[3];  // words 3 and 4 are private to this rank
+  if (n > kSmallSlots && h[4] < n - kSmallSlots) {
+    const uint64_t need = n - kSmallSlots;  // every peer done with the op that used this slot last
+    auto least_done = [&] {
+      uint64_t m = UINT64_MAX;
+      for (int j = 0; j < c.size; ++j)
+        if (j != c.rank) m = std::min(m, done_word(g, j).load(std::memory_order_acquire));
+      return m;
+    };
+    uint64_t m = least_done();
+    if (m < need) {
+      wait_for(c, [&] { return (m = least_done()) >= need; }, -1);
+    }
+    h[4] = m;
+  }
+  Sig t;
+  t.add(sig).add(n);
+  return Small{n, t.value()};
+}
+
+uint8_t* small_data(Ctx& c, const Small& s) { return small_slot(*c.shm(), c.rank, s.n) + 64; }
+
+void small_publish(Ctx& c, const Small& s) {
+  SlotHead& hd = head(*c.shm(), c.rank, s.n);
+  hd.tok = s.tok;
+  hd.n.store(s.n, std::memory_order_release);
+  ring_peers(c);
+}
+
+const uint8_t* small_wait(Ctx& c, int j, const Small& s) {
+  ShmGroup& g = *c.shm();
+  SlotHead& hd = head(g, j, s.n);
+  wait_for(c, [&] { return hd.n.load(std::memory_order_acquire) >= s.n; }, j);
+  if (hd.n.load(std::memory_order_acquire) != s.n || hd.tok != s.tok)
+    throw PeerError(std::string(c.what) + ": rank " + std::to_string(j) +
+                    " is running a different call than this rank (rank " + std::to_string(c.rank) +
+                    ") over shared memory: the ranks called mismatched ops (op, count, dtype, root or "
+                    "algorithm differ)");
+  return small_slot(g, j, s.n) + 64;
+}
+
+void small_wait_all(Ctx& c, const Small& s) {
+  for (int j = 0; j < c.size; ++j)
+    if (j != c.rank) small_wait(c, j, s);
+}
+
+void small_done(Ctx& c, const Small& s) {
+  done_word(*c.shm(), c.rank).store(s.n, std::memory_order_release);
+  ring_peers(c);
+}
+
+// ---- The ops ------------------------------------------------------------------------------------
+
+void allreduce_small(Ctx& c, const void* in, void* out, size_t count, int root, uint64_t sig) {
+  const int p = c.size, r = c.rank;
+  const size_t n = count * c.esize;
+  const Small s = small_begin(c, sig);
+  copy_bytes(small_data(c, s), in, n);
+  small_publish(c, s);
+  if (root < 0 || r == root) {
+    std::vector<const void*> srcs(p);
+    for (int j = 0; j < p; ++j) srcs[j] = j == r ? in : small_wait(c, j, s);
+    if (count) reduce_many(out, srcs.data(), p, count, c.dt, c.op);
+  }
+  small_done(c, s);
+}
+
+void broadcast_small(Ctx& c, void* buf, size_t count, int root, uint64_t sig) {
+  const size_t n = count * c.esize;
+  const Small s = small_begin(c, sig);
+  if (c.rank == root) copy_bytes(small_data(c, s), buf, n);
+  small_publish(c, s);
+  if (c.rank != root) copy_bytes(buf, small_wait(c, root, s), n);
+  small_done(c, s);
+}
+
+void gather_small(Ctx& c, const void* in, void* out, const Blocks& b, int root, uint64_t sig) {
+  const int p = c.size, r = c.rank;
+  const Small s = small_begin(c, sig);
+  copy_bytes(small_data(c, s), in, b.len[r]);
+  small_publish(c, s);
+  if (root < 0 || r == root) {
+    copy_bytes(u8(out) + b.off[r], in, b.len[r]);
+    for (int j = 0; j < p; ++j)
+      if (j != r) copy_bytes(u8(out) + b.off[j], small_wait(c, j, s), b.len[j]);
+  }
+  small_done(c, s);
+}
+
+void scatter_small(Ctx& c, const void* in, void* out, size_t count, int root, uint64_t sig) {
+  const size_t bs = count * c.esize;
+  const Small s = small_begin(c, sig);
+  if (c.rank == root) copy_bytes(small_data(c, s), in, bs * static_cast<size_t>(c.size));
+  small_publish(c, s);
+  const uint8_t* from = c.rank == root ? u8(in) : small_wait(c, root, s);
+  copy_bytes(out, from + static_cast<size_t>(c.rank) * bs, bs);
+  small_done(c, s);
+}
+
+void reduce_scatter_small(Ctx& c, const void* in, void* out, size_t count, uint64_t sig) {
+  const int p = c.size, r = c.rank;
+  const size_t bs = count * c.esize;
+  const Small s = small_begin(c, sig);
+  copy_bytes(small_data(c, s), in, bs * static_cast<size_t>(p));
+  small_publish(c, s);
+  std::vector<const void*> srcs(p);
+  for (int j = 0; j < p; ++j) srcs[j] = (j == r ? u8(in) : small_wait(c, j, s)) + static_cast<size_t>(r) * bs;
+  if (count) reduce_many(out, srcs.data(), p, count, c.dt, c.op);
+  small_done(c, s);
+}
+
+void barrier_small(Ctx& c, uint64_t sig) {
+  const Small s = small_begin(c, sig);
+  small_publish(c, s);
+  small_wait_all(c, s);
+  small_done(c, s);
+}
+
+}  // namespace shoal::algo::direct
