@@ -299,6 +299,13 @@ bool mm_allgatherv_counts(Communicator& c, bool odd, size_t count) {
   c.allgatherv(a.data(), b.data(), counts, DType::f32)->wait();
   return false;
 }
+// The odd rank's op is chunked (1 Mi elements), the others' small (direct_small.cpp).
+bool mm_allreduce_small_vs_chunked(Communicator& c, bool odd, size_t count) {
+  const size_t big = (size_t(1) << 20) + 3, k = odd ? big : count;
+  std::vector<float> a(big, 1.0f), b(big, 0.0f);
+  c.allreduce(a.data(), b.data(), k, DType::f32, ReduceOp::sum, {Algo::direct})->wait();
+  return false;
+}
 bool mm_reduce_root(Communicator& c, bool odd, size_t count) {
   std::vector<float> a(count, 1.0f), b(count, 0.0f);
   const int root = odd ? 1 : 0;
@@ -322,6 +329,7 @@ constexpr Mismatch kMismatches[] = {
     {"allreduce_vs_broadcast_large", true, false, mm_allreduce_vs_broadcast},
     {"allreduce_vs_barrier", false, false, mm_allreduce_vs_barrier},
     {"allgatherv_counts", false, false, mm_allgatherv_counts},
+    {"allreduce_small_vs_chunked", false, true, mm_allreduce_small_vs_chunked},
 };
 
 class Mismatched : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
