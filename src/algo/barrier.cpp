@@ -4,11 +4,9 @@
 // rank + d and receives from rank - d; after ⌈lg p⌉ rounds every rank has heard, transitively,
 // from every other, and no round has a hot spot. The choice whenever some rank is off-host.
 //
-// Direct: ShmGroup::barrier (a sequence counter per rank in shared memory, futex sleep after a
-// short spin): one round of cache-line traffic, far below any message exchange. It publishes
-// and checks the op token in the scratch headers like every direct op (see direct_common.h), so a
-// barrier called against another rank's direct collective fails on every rank; it reads no
-// scratch data, so it needs no second barrier.
+// Direct: the small direct protocol with no data (direct_small.cpp): each rank publishes the op's
+// number and token in its slot and waits for every peer's: one round of cache-line traffic, far
+// below any message exchange. A peer in another direct call shows another token: PeerError.
 #include "algo/common.h"
 #include "algo/direct_common.h"
 
