@@ -4,6 +4,7 @@
 // a receive issued back to back by two ranks cannot deadlock each other.
 #include "shoal/communicator.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -36,6 +37,8 @@ constexpr std::chrono::milliseconds kAbortPublishWait{500};
 constexpr std::chrono::microseconds kTick{1000};
 constexpr std::chrono::microseconds kClaimGrace{200};
 constexpr std::chrono::milliseconds kActiveFor{100};
+// How long a waiter progresses its p2p op itself while other ops are queued (run_claimed).
+constexpr std::chrono::microseconds kInlineP2PFor{1000};
 
 uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
@@ -102,19 +105,23 @@ struct Communicator::Impl {
   void sweep_p2p();
   bool match_any_source();  // posts pending any-source receives whose message has arrived
   void fail_all(std::exception_ptr e);
-  // Queues the op. Point-to-point ops wake the progress thread, which posts them. A collective
-  // does not: its caller usually waits at once, and then runs it on its own thread (the Work's
-  // helper, run_claimed), with no thread woken at all. A wake-up costs a futex system call and
+  // Queues the op without waking the progress thread: its caller usually waits at once, and then
+  // runs it on its own thread (the Work's helper, run_claimed), with no thread woken at all. A wake-up costs a futex system call and
   // puts the progress thread on a core that a peer rank needs; handing a small op over and back
   // cost 5-10x the op itself (BENCHMARKS.md, "Small messages: the hand-off to the progress
-  // thread"). A collective nobody waits for is taken by the ticking progress thread (kTick,
+  // thread"). An op nobody waits for is taken by the ticking progress thread (kTick,
   // kClaimGrace) or woken for by run_async()/test()/a bounded wait (kick); once that happens the
   // communicator wakes the thread at every submit (eager) until a caller waits at once again.
+  // While p2p ops are in flight the progress thread progresses them and takes every new op.
   WorkPtr submit(Op op);
-  // A caller waits for `w`: runs the collectives queued up to and including it on this thread,
-  // unless an op is running or point-to-point ops are in flight (then the progress thread does).
+  // A caller waits for `w`: runs the ops queued up to and including it on this thread (and
+  // progresses a p2p `w` to completion), unless an op is running or p2p ops are in flight (then
+  // the progress thread does).
   void run_claimed(const Work* w);
-  void kick();  // the progress thread takes the queued collectives now, and from now on
+  void kick();  // the progress thread takes the queued ops now, and from now on
+  // Progresses the p2p ops in flight (matching any-source receives) until until() holds or none
+  // is left. The caller owns the engine (`running`). Throws what the engine's wait throws.
+  void progress_p2p(const std::function<bool()>& until);
   WorkPtr p2p(Request::Dir dir, void* buf, size_t count, DType dt, int peer, uint64_t tag);
   void check_open() const {
     if (engine->aborted()) throw PeerError("group '" + opts.group_name + "' is aborted: " + engine->abort_reason());
@@ -241,9 +248,7 @@ Algo Communicator::algo_for(const std::string& op, size_t bytes, CallOptions o) 
 }
 
 WorkPtr Communicator::Impl::submit(Op op) {
-  const bool collective = op.collective();
-  WorkPtr work = collective ? std::make_shared<Work>(op.what, [this](const Work* w) { run_claimed(w); }, [this] { kick(); })
-                            : std::make_shared<Work>(op.what);
+  WorkPtr work = std::make_shared<Work>(op.what, [this](const Work* w) { run_claimed(w); }, [this] { kick(); });
   op.work = work;
   bool wake;
   {
@@ -254,7 +259,7 @@ WorkPtr Communicator::Impl::submit(Op op) {
     queued.fetch_add(1);
     // With point-to-point ops in flight the progress thread waits in the engine, and only it
     // can run the op (run_claimed declines).
-    wake = !collective || eager || deep_sleep || npending.load() != 0;
+    wake = eager || deep_sleep || npending.load() != 0;
   }
   if (wake) {
     cv.notify_one();
@@ -274,41 +279,63 @@ void Communicator::Impl::kick() {
 }
 
 void Communicator::Impl::run_claimed(const Work* w) {
+  bool claimed = false;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!running && !stop && npending.load() == 0 &&
+        std::any_of(queue.begin(), queue.end(), [w](const Op& o) { return o.work.get() == w; }))
+      running = claimed = true;
+  }
+  if (!claimed) {  // another thread runs ops, or p2p ops are in flight: the progress thread's
+    kick();
+    return;
+  }
+  // This thread owns the engine now: it runs the collectives and posts the p2p ops queued up to
+  // and including `w`, in order, and the p2p ops right after it (a send waited for before the
+  // receive posted after it must not keep that receive from its peer); then it progresses the
+  // p2p ops until `w` completes.
+  bool found = false;
   for (;;) {
     Op op;
     {
       std::lock_guard<std::mutex> lk(mu);
-      if (running || stop || npending.load() != 0 || queue.empty()) return;
-      if (!queue.front().collective()) {  // a p2p op is posted by the progress thread
-        eager = true;
-        break;
-      }
+      if (queue.empty() || stop || (found && queue.front().collective())) break;
       op = std::move(queue.front());
       queue.pop_front();
       queued.fetch_sub(1);
-      running = true;
-      if (op.work.get() == w) eager = false;  // this caller waits at once
+      if (op.work.get() == w) found = true, eager = false;  // this caller waits at once
     }
     run_one(op);
-    bool more;
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      running = false;
-      more = !queue.empty() || stop || engine->aborted();
-    }
-    if (op.work.get() == w) {
-      if (more) cv.notify_all();  // the progress thread re-checks what came meanwhile
-      return;
-    }
   }
-  cv.notify_one();
-  engine->wake();
+  P2P* mine = nullptr;
+  if (found)
+    for (auto& p : pending)
+      if (p.work.get() == w) mine = &p;
+  try {
+    // A collective still queued behind `w` may be what `w` needs (its peer posts the matching
+    // op after it): after kInlineP2PFor the progress thread, which runs the queue, takes over.
+    const auto give_up = Clock::now() + kInlineP2PFor;
+    if (mine)
+      progress_p2p([&] { return mine->req.complete || (queued.load() > 0 && Clock::now() > give_up); });
+    sweep_p2p();
+  } catch (...) {
+    fail_all(std::current_exception());
+  }
+  bool more;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    running = false;
+    more = npending.load() != 0 || !queue.empty() || stop || engine->aborted();
+  }
+  if (more) {  // the progress thread takes over what is left
+    cv.notify_all();
+    engine->wake();
+  }
 }
 
 void Communicator::Impl::fail_all(std::exception_ptr e) {
-  // `pending` belongs to the thread running ops, but loop() reads it while idle. An op run
-  // inline on a caller's thread (run_claimed) only starts with no p2p pending, so there it is
-  // empty and must not be written either: clear() of an empty list still writes its header.
+  // `pending` belongs to the thread that owns the engine (`running`), or to the progress thread
+  // at its end; clear() of an empty list still writes its header, so an empty one is left alone.
   if (!pending.empty()) {
     for (auto& p : pending) p.work->finish(e);
     pending.clear();
@@ -388,15 +415,15 @@ void Communicator::Impl::loop() {
     Op op;
     {
       std::unique_lock<std::mutex> lk(mu);
-      // An inline op (running on a caller's thread) owns the engine until it ends. A queued
-      // collective belongs to its caller for kClaimGrace unless the communicator is eager.
-      while (pending.empty()) {
+      // An inline op (running on a caller's thread) owns the engine until it ends. A queued op
+      // belongs to its caller for kClaimGrace unless the communicator is eager.
+      while (npending.load() == 0 || running) {
         if ((stop && !running) || (engine->aborted() && !links_closed && !running)) break;
         const auto now = Clock::now();
         if (submitted != submitted_seen) submitted_seen = submitted, active_at = now;
         if (!queue.empty() && !running) {
           const Op& front = queue.front();
-          if (!front.collective() || eager) break;
+          if (eager) break;
           if (front.id != front_seen) front_seen = front.id, front_since = now;
           if (now - front_since >= kClaimGrace) break;
           cv.wait_until(lk, front_since + kClaimGrace);
@@ -420,7 +447,7 @@ void Communicator::Impl::loop() {
         queue.pop_front();
         queued.fetch_sub(1);
         running = true;
-        if (op.collective()) eager = true;  // its caller did not wait for it at once
+        eager = true;  // its caller did not wait for it at once (or p2p ops are in flight)
       }
     }
     if (op.work) {
@@ -431,31 +458,49 @@ void Communicator::Impl::loop() {
       continue;
     }
     // Only point-to-point ops in flight: progress them until one completes or a new op comes.
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (running || npending.load() == 0) continue;  // a waiter took them over (run_claimed)
+      running = true;
+    }
     try {
-      auto deadline = pending.front().deadline;
-      std::vector<int> peers;
-      for (auto& p : pending) {
-        deadline = std::min(deadline, p.deadline);
-        for (int r = 0; r < size; ++r)
-          if (r != rank && (p.req.peer == r || p.req.peer == kAnySource)) peers.push_back(r);
-      }
-      engine->begin_op(pending.front().req.what, deadline);
-      engine->wait_until(
-          [&] {
-            if (match_any_source()) return true;
-            for (auto& p : pending)
-              if (p.req.complete) return true;
-            if (queued.load() > 0) return true;
-            std::lock_guard<std::mutex> lk(mu);
-            return stop;
-          },
-          peers);
+      progress_p2p([&] {
+        for (auto& p : pending)
+          if (p.req.complete) return true;
+        if (queued.load() > 0) return true;
+        std::lock_guard<std::mutex> lk(mu);
+        return stop;
+      });
       sweep_p2p();
     } catch (...) {
       fail_all(std::current_exception());
     }
+    std::lock_guard<std::mutex> lk(mu);
+    running = false;
   }
   fail_all(std::make_exception_ptr(Error("communicator destroyed with the op still pending")));
+}
+
+void Communicator::Impl::progress_p2p(const std::function<bool()>& until) {
+  // Only the peers of incomplete requests are waited for: a peer whose requests have completed
+  // may leave at once. When one completes the list is made again.
+  auto incomplete = [this] {
+    size_t n = 0;
+    for (auto& p : pending) n += !p.req.complete;
+    return n;
+  };
+  for (size_t left; !until() && (left = incomplete()) != 0;) {
+    const P2P* first = nullptr;
+    std::vector<int> peers;
+    for (auto& p : pending) {
+      if (p.req.complete) continue;
+      if (!first || p.deadline < first->deadline) first = &p;
+      for (int r = 0; r < size; ++r)
+        if (r != rank && (p.req.peer == r || p.req.peer == kAnySource)) peers.push_back(r);
+    }
+    engine->begin_op(first->req.what, first->deadline);
+    engine->wait_until([&] { return match_any_source() || until() || incomplete() != left; }, peers);
+  }
 }
 
 // ---- point to point ----
