@@ -5,7 +5,13 @@ BUILD ?= build
 JOBS ?= 2
 PY := .venv/bin/python
 # Gloo and Open MPI are the peers shoal-bench measures shoal against (--vs gloo, --vs ompi).
-APT_PACKAGES := cmake g++ make libgloo-dev libgtest-dev libgmock-dev iproute2 iperf3 openmpi-bin libopenmpi-dev
+APT_PACKAGES := cmake g++ make ccache libgloo-dev libgtest-dev libgmock-dev iproute2 iperf3 openmpi-bin libopenmpi-dev
+# ccache lets the wheel's build (python-install) reuse the library's objects from `build`: the same
+# sources with the same flags, compiled in another directory (so the directory is left out of the
+# hash: CCACHE_NOHASHDIR) and named alike ($(CXX): c++ and g++ hash apart). The launcher is looked
+# up when a recipe runs, after deps installed it.
+CCACHE_ENV = CCACHE_DIR=$(CURDIR)/$(BUILD)/ccache CCACHE_NOHASHDIR=1
+LAUNCHER = $$(command -v ccache)
 
 .PHONY: all setup deps venv build test demo bench clean
 
@@ -31,8 +37,8 @@ venv: .venv/.stamp
 setup: deps venv
 
 build: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build $(BUILD) -j$(JOBS)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=$(CXX) -DCMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER) >/dev/null
+	$(CCACHE_ENV) cmake --build $(BUILD) -j$(JOBS)
 
 test: setup build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600 -j$(JOBS)

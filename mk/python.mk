@@ -15,7 +15,8 @@ PY_SOURCES := pyproject.toml CMakeLists.txt $(shell find python/shoal csrc/torch
 
 python-install: .venv/.shoal-installed
 .venv/.shoal-installed: .venv/.stamp $(PY_SOURCES)
-	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PY) -m pip install -q --no-build-isolation --no-deps .
+	$(CCACHE_ENV) CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PY) -m pip install -q --no-build-isolation --no-deps \
+	  -C cmake.define.CMAKE_CXX_COMPILER=$(CXX) -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER) .
 	@touch $@
 
 test-python: python-install

@@ -677,6 +677,10 @@ TEST_P(LeaveRightAfterOp, PeersStillComplete) {
   constexpr int n = 8, rounds = kSanitized ? 24 : 128;  // TSan: 128 rounds take 86 s alone
   RunConfig cfg = failure_config(transport, 20);
   cfg.limit = std::chrono::seconds(120);
+  // Small segments: each of the 1,024 segments is reserved in full when its group is made
+  // (24 MiB by default at 8 ranks), and these ops move 32 KiB at most.
+  cfg.env.push_back({"SHOAL_SHM_RING", "65536"});
+  cfg.env.push_back({"SHOAL_SHM_SCRATCH", "1048576"});
   EXPECT_TRUE(run_ranks(n, cfg, [](Communicator& c) {
     const char* ops[] = {"barrier", "allreduce", "allreduce_ring", "broadcast", "reduce", "allgather", "sendrecv"};
     const size_t count = 1024;

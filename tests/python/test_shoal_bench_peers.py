@@ -30,7 +30,8 @@ def needs_ompi(res):
     "op", ["allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "gather", "scatter", "alltoall",
            "sendrecv", "barrier"])
 def test_every_op_checked_against_the_reference(tmp_path, op):
-    r, res = bench(tmp_path, op, "-n", "3", "-b", "8", "-e", "96K", "-f", "64", "--check", "--vs", "gloo,ompi")
+    r, res = bench(tmp_path, op, "-n", "3", "-b", "8", "-e", "96K", "-f", "64", "--iters", "20", "--check",
+                   "--vs", "gloo,ompi")
     assert r.returncode == 0, r.stdout + r.stderr
     needs_ompi(res)
     assert res["ompi"].startswith("ompi: Open MPI"), res["ompi"]
@@ -49,7 +50,7 @@ def test_every_op_checked_against_the_reference(tmp_path, op):
 @pytest.mark.parametrize("dtype,rop", [("bool", "sum"), ("bool", "prod"), ("i8", "prod"), ("u8", "bxor"),
                                        ("i64", "min"), ("f64", "max")])
 def test_dtypes_and_reduce_ops(tmp_path, dtype, rop):
-    r, res = bench(tmp_path, "allreduce", "-n", "2", "-b", "64", "-e", "4K", "-f", "64", "--dtype", dtype,
+    r, res = bench(tmp_path, "allreduce", "-n", "2", "-b", "64", "-e", "4K", "-f", "64", "--iters", "20", "--dtype", dtype,
                    "--op", rop, "--check", "--vs", "ompi")
     assert r.returncode == 0, r.stdout + r.stderr
     needs_ompi(res)
