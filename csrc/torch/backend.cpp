@@ -265,7 +265,7 @@ void Completer::loop() {
 
 std::string OpContext::str() const {
   std::ostringstream s;
-  s << c10d::opTypeToString(type) << " on rank " << rank << " of process group '" << group << "' (" << size << " ranks)";
+  s << c10d::opTypeToString(type) << " on rank " << rank << " of " << group << " (" << size << " ranks)";
   return s.str();
 }
 
@@ -430,12 +430,13 @@ BackendShoal::BackendShoal(const c10::intrusive_ptr<c10d::Store>& store, int ran
                                : shoal::TransportKind::automatic;
   }
   if (options_->tcp_streams > 0) o.tcp_streams = options_->tcp_streams;
-  group_ = options_->group_name.empty() ? std::string("torch") : options_->group_name;
-  o.group_name = "torch:" + group_;
+  const std::string name = options_->group_name.empty() ? std::string("torch") : options_->group_name;
+  group_ = (options_->front == "ray" ? "Ray collective group '" : "process group '") + name + "'";
+  o.group_name = options_->front + ":" + name;
   try {
     comm_ = std::make_shared<shoal::Communicator>(std::make_shared<C10dStoreAdapter>(store_), rank, size, o);
   } catch (const std::exception& e) {
-    TORCH_CHECK_WITH(DistBackendError, false, "shoal: creating the process group '", group_, "' (rank ", rank, " of ",
+    TORCH_CHECK_WITH(DistBackendError, false, "shoal: creating the ", group_, " (rank ", rank, " of ",
                      size, ") failed: ", e.what());
   }
   init();
@@ -939,6 +940,11 @@ uint64_t BackendShoal::getSequenceNumberForGroup() { return seq_.load(); }
 void BackendShoal::abort() {
   std::lock_guard<std::mutex> lk(submit_mu_);
   if (comm_) comm_->abort("the process group was aborted (ProcessGroup.abort)");
+}
+
+void BackendShoal::abort_because(const std::string& why) {
+  std::lock_guard<std::mutex> lk(submit_mu_);
+  if (comm_) comm_->abort(why);
 }
 
 void BackendShoal::shutdown() {

@@ -53,7 +53,7 @@ struct Builder;
 struct OpContext {
   c10d::OpType type;
   int rank, size;
-  std::string group;
+  std::string group;  // how errors name the group: "process group 'x'" or "Ray collective group 'x'"
   std::string str() const;
 };
 
@@ -109,6 +109,7 @@ class BackendShoal : public c10d::Backend {
         : c10d::Backend::Options("shoal", timeout) {}
     std::string transport;  // "", "auto", "shm", "tcp" ("" = SHOAL_TRANSPORT or auto)
     int tcp_streams = 0;    // 0 = SHOAL_TCP_STREAMS or the default
+    std::string front = "torch";  // the API the group serves, "torch" or "ray": how errors name it
   };
 
   // Collective over the group: rendezvous through `store` (already prefixed by torch).
@@ -120,6 +121,9 @@ class BackendShoal : public c10d::Backend {
   c10::intrusive_ptr<Options> getOptions() { return options_; }
   // "shm", "tcp" or "self" for each peer, as the handshake decided.
   std::vector<std::string> transports() const;
+  // Aborts the group so that every peer's op fails at once naming `why` (an argument this rank
+  // refused, where its peers would otherwise wait for it until the timeout).
+  void abort_because(const std::string& why);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;

@@ -18,6 +18,7 @@ c10::intrusive_ptr<BackendShoal::Options> copy_options(const py::object& obj) {
   o->timeout = given->timeout;
   o->transport = given->transport;
   o->tcp_streams = given->tcp_streams;
+  o->front = given->front;
   return o;
 }
 
@@ -43,16 +44,21 @@ Options of the shoal backend; pass as ``init_process_group("shoal", pg_options=.
                      "TCP connections per peer (0 = SHOAL_TCP_STREAMS or the default)");
 
   cls.def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
-                      const py::object& options) {
+                      const py::object& options, const std::string& group_name, const std::string& front) {
             auto o = copy_options(options);
             o->timeout = timeout;
+            if (!group_name.empty()) o->group_name = group_name;
+            if (front != "torch" && front != "ray") throw py::value_error("front must be 'torch' or 'ray'");
+            o->front = front;
             py::gil_scoped_release nogil;
             return c10::make_intrusive<BackendShoal>(store, rank, size, o);
           }),
           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout") = kBackendDefaultTimeout,
-          py::arg("options") = py::none())
+          py::arg("options") = py::none(), py::arg("group_name") = "", py::arg("front") = "torch")
       .def_property_readonly("options", &BackendShoal::getOptions)
-      .def("transports", &BackendShoal::transports, "'self', 'shm' or 'tcp' for each rank of the group");
+      .def("transports", &BackendShoal::transports, "'self', 'shm' or 'tcp' for each rank of the group")
+      .def("abort_because", &BackendShoal::abort_because, py::arg("why"), py::call_guard<py::gil_scoped_release>(),
+           "Aborts the group: every peer's op fails at once, naming `why`.");
 
   // The creator torch.distributed calls (register_backend(..., extended_api=True)).
   m.def(

@@ -105,6 +105,27 @@ class Peer:
     def sum_numel(self, *xs) -> int:
         return sum(x.numel() for x in xs)
 
+    def move_with_rays_metadata(self, spec, role):
+        """Ray's own tests hand the transport Ray's base CollectiveTransportMetadata."""
+        from ray.experimental.rdt.collective_tensor_transport import (
+            CollectiveCommunicatorMetadata,
+            CollectiveTransportMetadata,
+        )
+        from shoal.ray.transport import ShoalTensorTransport
+
+        want = make(spec)
+        meta = CollectiveTransportMetadata(tensor_meta=[(t.shape, t.dtype) for t in want], tensor_device="cpu")
+        comm = CollectiveCommunicatorMetadata(communicator_name=GROUP, src_rank=0, dst_rank=1)
+        if role == "send":
+            ShoalTensorTransport().send_multiple_tensors(want, meta, comm)
+            return None
+        if role == "recv":
+            return ShoalTensorTransport().recv_multiple_tensors("an id the sender never saw", meta, comm)
+        try:  # metadata of another kind: a clear error, not an assert
+            ShoalTensorTransport().send_multiple_tensors(want, object(), comm)
+        except TypeError as e:
+            return str(e)
+
     def stats(self):
         store = ray._private.worker.global_worker.rdt_manager.rdt_store
         with open("/proc/self/statm") as f:
@@ -256,6 +277,17 @@ def test_consumer_outside_the_group_fails_at_once(peers, outsider):
         c.give.remote(((3,), "float32", 1))
     spec = ((3,), "float32", 2)
     assert same(roundtrip(a, b, spec), make(spec))  # the group is fine
+
+
+def test_rays_base_metadata_works(peers):
+    a, b = peers
+    spec = [((3, 5), "float32", 1), ((0,), "int64", 2), ((1 << 18,), "uint8", 3), ((2,), "bool", 4)]
+    sent = a.move_with_rays_metadata.remote(spec, "send")
+    got = ray.get(b.move_with_rays_metadata.remote(spec, "recv"), timeout=120)
+    assert ray.get(sent, timeout=60) is None
+    assert same(got, make(spec))
+    err = ray.get(a.move_with_rays_metadata.remote(spec, "other"), timeout=60)
+    assert "needs a CollectiveTransportMetadata, got object" in err, err
 
 
 def test_errors_propagate_and_the_group_survives(peers):

@@ -13,10 +13,12 @@ input list (GLOO's all-reduces every entry in place, a side effect we do not cop
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import time
 import uuid
+import warnings
 from typing import Any, List, Optional
 
 import numpy as np
@@ -110,30 +112,85 @@ def _form_store(group_name: str, rank: int, world_size: int, timeout_s: float) -
         time.sleep(0.02)
 
 
-def _as_tensor(x: Any, what: str) -> torch.Tensor:
+_warned_read_only = False
+
+
+def _root_owner(x: np.ndarray) -> Any:
+    """The object that owns an array's memory (the end of its chain of bases)."""
+    base = x
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    while isinstance(base, memoryview):
+        base = base.obj
+    return base
+
+
+def _writable_mapping(addr: int, nbytes: int) -> bool:
+    """Whether [addr, addr + nbytes) lies in mappings this process may write (/proc/self/maps)."""
+    end, at = addr + nbytes, addr
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                span, perms = line.split(None, 2)[:2]
+                lo, hi = (int(v, 16) for v in span.split("-"))
+                if lo <= at < hi:
+                    if perms[1] != "w":
+                        return False
+                    at = hi
+                    if at >= end:
+                        return True
+    except OSError:
+        return False
+    return at >= end
+
+
+def _as_tensor(x: Any, what: str, written: bool) -> torch.Tensor:
+    """A tensor over `x`'s memory. `written`: the op writes its result there.
+
+    Ray hands numpy arguments to actors marked read-only. An array the op only reads is used as it
+    is. One it writes is written, as Ray's GLOO backend does (one warning per process), when its
+    memory is writable in fact; otherwise (a bytes object's buffer, a read-only mapping) it is
+    refused."""
     if isinstance(x, torch.Tensor):
         return x
-    if isinstance(x, np.ndarray):
-        if not x.dtype.isnative:
-            raise ValueError(f"shoal: {what}: numpy arrays must be in native byte order, got {x.dtype}")
-        if not x.flags.writeable:
-            raise ValueError(f"shoal: {what}: the numpy array is read-only")
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"shoal: {what}: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+    if not x.dtype.isnative:
+        raise ValueError(f"shoal: {what}: numpy arrays must be in native byte order, got {x.dtype}")
+    if not x.flags.writeable and written:
+        owner = _root_owner(x)
+        if isinstance(owner, bytes) or (x.nbytes and not _writable_mapping(x.ctypes.data, x.nbytes)):
+            raise ValueError(f"shoal: {what}: the result would go into a read-only numpy array whose memory "
+                             f"cannot be written ({type(owner).__name__}); pass a copy (np.array(x))")
+        global _warned_read_only
+        if not _warned_read_only:
+            _warned_read_only = True
+            warnings.warn(
+                f"shoal: {what}: writing the result into a numpy array marked read-only (Ray passes numpy "
+                f"arguments so), as Ray's GLOO backend does. An array that came zero-copy from Ray's object "
+                f"store shares its memory with every reader of that object on this node: copy it first "
+                f"(np.array(x)) to keep them apart. (Warned once per process.)", stacklevel=4)
+    with warnings.catch_warnings():  # torch warns of every non-writable array: the cases are sorted above
+        warnings.simplefilter("ignore", UserWarning)
         return torch.from_numpy(x)
-    raise TypeError(f"shoal: {what}: expected a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
 
 
-def _single(tensors: Any, what: str) -> torch.Tensor:
+def _single(tensors: Any, what: str, written: bool) -> torch.Tensor:
     """ray.util.collective passes one tensor as a one-element list."""
     if not isinstance(tensors, (list, tuple)) or len(tensors) != 1:
         raise ValueError(f"shoal: {what}: expected a list of one tensor (several tensors per process "
                          f"are the *_multigpu API, which only NCCL implements)")
-    return _as_tensor(tensors[0], what)
+    return _as_tensor(tensors[0], what, written)
 
 
-def _single_list(tensor_lists: Any, what: str) -> List[torch.Tensor]:
+def _single_list(tensor_lists: Any, what: str, written: bool) -> List[torch.Tensor]:
     if not isinstance(tensor_lists, (list, tuple)) or len(tensor_lists) != 1:
         raise ValueError(f"shoal: {what}: expected a list holding one list of tensors")
-    return [_as_tensor(t, what) for t in tensor_lists[0]]
+    return [_as_tensor(t, what, written) for t in tensor_lists[0]]
+
+
+class _Destroyed(RuntimeError):
+    """An op on a destroyed group (the group is gone on this rank alone: nothing to abort)."""
 
 
 class _Contiguous:
@@ -167,8 +224,8 @@ class ShoalGroup(BaseGroup):
         self._timeout_s = default_timeout_s() if timeout_s is None else float(timeout_s)
         self._store = _form_store(group_name, rank, world_size, self._timeout_s)
         prefix = dist.PrefixStore(f"shoal/{group_name}/", self._store)
-        self._backend = _C.BackendShoal(prefix, rank, world_size,
-                                        datetime.timedelta(seconds=self._timeout_s))
+        self._backend = _C.BackendShoal(prefix, rank, world_size, datetime.timedelta(seconds=self._timeout_s),
+                                        group_name=group_name, front="ray")
         if rank == 0:
             # Every rank has connected (the constructor is collective): the entry has served.
             try:
@@ -197,81 +254,111 @@ class ShoalGroup(BaseGroup):
         return list(self._live().transports())
 
     def allreduce(self, tensor, allreduce_options=AllReduceOptions()) -> None:
-        c = _Contiguous(_single(tensor, "allreduce"))
-        o = _ALLREDUCE_OPTIONS[self._op(allreduce_options)]
-        self._run(self._live().allreduce([c.t], o), allreduce_options)
+        with self._arguments("allreduce"):
+            c = _Contiguous(_single(tensor, "allreduce", written=True))
+            work = self._live().allreduce([c.t], _ALLREDUCE_OPTIONS[self._op(allreduce_options)])
+        self._run(work, allreduce_options)
         c.done()
 
     def barrier(self, barrier_options=BarrierOptions()) -> None:
         self._run(self._live().barrier(dist.BarrierOptions()), barrier_options)
 
     def reduce(self, tensor, reduce_options=ReduceOptions()) -> None:
-        t = _single(tensor, "reduce")
-        root = self._root(reduce_options, "reduce")
-        o = dist.ReduceOptions()
-        o.reduceOp = self._op(reduce_options)
-        o.rootRank = root
+        with self._arguments("reduce"):
+            root = self._root(reduce_options, "reduce")
+            # The backend only reads a non-root rank's input: it stays as it was.
+            c = _Contiguous(_single(tensor, "reduce", written=self._rank == root))
+            o = dist.ReduceOptions()
+            o.reduceOp = self._op(reduce_options)
+            o.rootRank = root
+            work = self._live().reduce([c.t], o)
+        self._run(work, reduce_options)
         if self._rank == root:
-            c = _Contiguous(t)
-            self._run(self._live().reduce([c.t], o), reduce_options)
             c.done()
-        else:  # the backend only reads a non-root rank's input: it stays as it was
-            self._run(self._live().reduce([t.contiguous()], o), reduce_options)
 
     def allgather(self, tensor_list, tensor, allgather_options=AllGatherOptions()) -> None:
-        outs = [_Contiguous(t) for t in _single_list(tensor_list, "allgather")]
-        t = _single(tensor, "allgather").contiguous()
-        if len(outs) != self._world_size:
-            raise ValueError(f"shoal: allgather: {len(outs)} output tensors for a group of {self._world_size}")
-        self._run(self._live().allgather([[c.t for c in outs]], [t]), allgather_options)
+        with self._arguments("allgather"):
+            outs = [_Contiguous(t) for t in _single_list(tensor_list, "allgather", written=True)]
+            t = _single(tensor, "allgather", written=False).contiguous()
+            if len(outs) != self._world_size:
+                raise ValueError(f"shoal: allgather: {len(outs)} output tensors for a group of {self._world_size}")
+            work = self._live().allgather([[c.t for c in outs]], [t])
+        self._run(work, allgather_options)
         for c in outs:
             c.done()
 
     def broadcast(self, tensor, broadcast_options=BroadcastOptions()) -> None:
-        c = _Contiguous(_single(tensor, "broadcast"))
-        o = dist.BroadcastOptions()
-        o.rootRank = self._root(broadcast_options, "broadcast")
-        self._run(self._live().broadcast([c.t], o), broadcast_options)
-        c.done()
+        with self._arguments("broadcast"):
+            o = dist.BroadcastOptions()
+            o.rootRank = self._root(broadcast_options, "broadcast")
+            c = _Contiguous(_single(tensor, "broadcast", written=self._rank != o.rootRank))
+            work = self._live().broadcast([c.t], o)
+        self._run(work, broadcast_options)
+        if self._rank != o.rootRank:
+            c.done()
 
     def reducescatter(self, tensor, tensor_list, reducescatter_options=ReduceScatterOptions()) -> None:
-        c = _Contiguous(_single(tensor, "reducescatter"))
-        ins = [t.contiguous() for t in _single_list(tensor_list, "reducescatter")]
-        if len(ins) != self._world_size:
-            raise ValueError(f"shoal: reducescatter: {len(ins)} input tensors for a group of {self._world_size}")
-        o = dist.ReduceScatterOptions()
-        o.reduceOp = self._op(reducescatter_options)
-        self._run(self._live().reduce_scatter([c.t], [ins], o), reducescatter_options)
+        with self._arguments("reducescatter"):
+            c = _Contiguous(_single(tensor, "reducescatter", written=True))
+            ins = [t.contiguous() for t in _single_list(tensor_list, "reducescatter", written=False)]
+            if len(ins) != self._world_size:
+                raise ValueError(f"shoal: reducescatter: {len(ins)} input tensors for a group of {self._world_size}")
+            o = dist.ReduceScatterOptions()
+            o.reduceOp = self._op(reducescatter_options)
+            work = self._live().reduce_scatter([c.t], [ins], o)
+        self._run(work, reducescatter_options)
         c.done()
 
     def send(self, tensor, send_options: SendOptions) -> None:
-        self.send_tagged(_single(tensor, "send"), send_options.dst_rank, 0, _timeout(send_options))
+        with self._arguments("send"):
+            t = _single(tensor, "send", written=False)
+        self.send_tagged(t, send_options.dst_rank, 0, _timeout(send_options))
 
     def recv(self, tensor, recv_options: RecvOptions) -> None:
+        with self._arguments("recv"):
+            t = _single(tensor, "recv", written=True)
         # Ray's RecvOptions names its timeout field `unset_timeout_ms` (a typo upstream).
-        self.recv_tagged(_single(tensor, "recv"), recv_options.src_rank, 0, _timeout(recv_options))
+        self.recv_tagged(t, recv_options.src_rank, 0, _timeout(recv_options))
 
     # -- beyond BaseGroup: tagged point-to-point (the direct transport uses these) -----------
 
     def send_tagged(self, t: torch.Tensor, dst: int, tag: int,
                     timeout: Optional[datetime.timedelta] = None) -> None:
-        self._peer(dst, "send")
-        c = _Contiguous(t)
-        self._wait(self._live().send([c.t], dst, tag), timeout)
+        with self._arguments("send"):
+            self._peer(dst, "send")
+            c = _Contiguous(t)
+            work = self._live().send([c.t], dst, tag)
+        self._wait(work, timeout)
 
     def recv_tagged(self, t: torch.Tensor, src: int, tag: int,
                     timeout: Optional[datetime.timedelta] = None) -> None:
-        self._peer(src, "recv")
-        c = _Contiguous(t)
-        self._wait(self._live().recv([c.t], src, tag), timeout)
+        with self._arguments("recv"):
+            self._peer(src, "recv")
+            c = _Contiguous(t)
+            work = self._live().recv([c.t], src, tag)
+        self._wait(work, timeout)
         c.done()
 
     # -- helpers -----------------------------------------------------------------------------
 
     def _live(self):
         if self._backend is None:
-            raise RuntimeError(f"shoal: Ray collective group {self._group_name!r} was destroyed")
+            raise _Destroyed(f"shoal: Ray collective group {self._group_name!r} was destroyed")
         return self._backend
+
+    @contextlib.contextmanager
+    def _arguments(self, what: str):
+        """Where a rank checks its arguments and submits the op: if it refuses them, the group is
+        aborted with the reason, so that its peers fail at once naming it instead of waiting for
+        this rank until the timeout."""
+        try:
+            yield
+        except _Destroyed:
+            raise
+        except Exception as e:
+            if self._backend is not None:
+                self._backend.abort_because(f"rank {self._rank} refused the arguments of its {what}: {e}")
+            raise
 
     def _op(self, opts) -> dist.ReduceOp:
         op = getattr(opts, "reduceOp", ReduceOp.SUM)

@@ -211,6 +211,21 @@ class ShoalTransportMetadata(CollectiveTransportMetadata):
     packed: Tuple[int, ...] = ()
 
 
+def _own_metadata(meta: TensorTransportMetadata, comm: CommunicatorMetadata) -> "ShoalTransportMetadata":
+    """The transfer's metadata as this transport made it. Ray may hand over its base
+    CollectiveTransportMetadata (made without this transport, e.g. by its own tests): then every
+    tensor goes in a message of its own, tagged without the object's id on both sides (Ray runs
+    an actor's transfers one at a time, so the messages still meet in order)."""
+    if not isinstance(comm, CollectiveCommunicatorMetadata):
+        raise TypeError(f"shoal: tensor_transport='shoal' needs a CollectiveCommunicatorMetadata, got "
+                        f"{type(comm).__name__}")
+    if isinstance(meta, ShoalTransportMetadata):
+        return meta
+    if isinstance(meta, CollectiveTransportMetadata):
+        return ShoalTransportMetadata(tensor_meta=meta.tensor_meta, tensor_device=meta.tensor_device)
+    raise TypeError(f"shoal: tensor_transport='shoal' needs a CollectiveTransportMetadata, got {type(meta).__name__}")
+
+
 def _group(name: str):
     from ray.util.collective.collective import get_group_handle
 
@@ -270,8 +285,7 @@ class ShoalTensorTransport(CollectiveTensorTransport):
     ) -> None:
         import torch
 
-        assert isinstance(tensor_transport_metadata, ShoalTransportMetadata)
-        assert isinstance(communicator_metadata, CollectiveCommunicatorMetadata)
+        tensor_transport_metadata = _own_metadata(tensor_transport_metadata, communicator_metadata)
         if getattr(communicator_metadata, "error", ""):
             return  # no group: the receiver reports it
         if tensors:
@@ -305,11 +319,12 @@ class ShoalTensorTransport(CollectiveTensorTransport):
     ) -> List["torch.Tensor"]:
         import torch
 
-        assert isinstance(tensor_transport_metadata, ShoalTransportMetadata)
-        assert isinstance(communicator_metadata, CollectiveCommunicatorMetadata)
+        made_here = isinstance(tensor_transport_metadata, ShoalTransportMetadata)
+        tensor_transport_metadata = _own_metadata(tensor_transport_metadata, communicator_metadata)
         if getattr(communicator_metadata, "error", ""):
             raise ValueError(communicator_metadata.error)
-        obj_id = tensor_transport_metadata.obj_id or obj_id  # the id the sender tagged with
+        # the id the sender tagged with ("" where Ray's own metadata carried none)
+        obj_id = (tensor_transport_metadata.obj_id or obj_id) if made_here else ""
         meta = tensor_transport_metadata.tensor_meta
         device = tensor_transport_metadata.tensor_device or "cpu"
         packed, single = _messages(tensor_transport_metadata)
