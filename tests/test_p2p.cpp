@@ -2,7 +2,9 @@
 // ring exchanges among 2..8 ranks with async sends (both the safe even/odd order and the order
 // where every rank posts its send first); several messages between one pair arriving in order;
 // a tag, count or dtype that does not match fails with an error, never with data.
+#include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -173,6 +175,79 @@ TEST_P(P2PMismatch, FailsWithError) {
     EXPECT_TRUE(names_rank(rx.message, 0)) << "does not name the peer: " << rx.message;
   }
 }
+
+// A thread that waits for a receive progresses the engine itself (Communicator::Impl::run_claimed).
+// Two things it must not hold up: another thread's receive that completes meanwhile (here that
+// thread's next send is what the peer waits for before it sends the first thread's message), and
+// the communicator's destruction (the waiter must let go at once, not at the timeout).
+class P2PWaiters : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(P2PWaiters, AnotherThreadsReceiveCompletesMeanwhile) {
+  // Rank 0 waits for `a` from rank 1 on one thread and for `b` from rank 2 on another; only once
+  // that one has `b` does it send to rank 2, which then tells rank 1 to send `a`.
+  run_ranks(3, p2p_config(GetParam()), [](Communicator& c) {
+    const auto t0 = std::chrono::steady_clock::now();
+    int32_t a = 0, b = 0, x = 0, y = 0;
+    if (c.rank() == 0) {
+      auto wa = c.recv(&a, 1, DType::i32, 1, 1);
+      auto wb = c.recv(&b, 1, DType::i32, 2, 2);
+      std::thread t1([&] { wa->wait(); });  // takes the engine, for `a`
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      wb->wait();  // must be done by now: nothing sends `a` until rank 2 hears from here
+      x = b + 1;
+      c.send(&x, 1, DType::i32, 2, 3)->wait();
+      t1.join();
+      SH_CHECK(a == 24 && b == 22) << "a=" << a << " b=" << b;
+    } else if (c.rank() == 2) {
+      b = 22;
+      c.send(&b, 1, DType::i32, 0, 2)->wait();
+      c.recv(&x, 1, DType::i32, 0, 3)->wait();
+      y = x + 1;
+      c.send(&y, 1, DType::i32, 1, 4)->wait();
+    } else {
+      c.recv(&y, 1, DType::i32, 2, 4)->wait();
+      a = y;
+      c.send(&a, 1, DType::i32, 0, 1)->wait();
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    SH_CHECK(secs < 10) << "took " << secs << " s (the op timeout is 30 s)";
+  });
+}
+
+TEST_P(P2PWaiters, DestroyingTheGroupReleasesAWaiter) {
+  run_ranks(2, p2p_config(GetParam()), [](Communicator& c) {
+    Options o = Options::from_env({});
+    o.group_name = "destroyed under a waiter";
+    o.timeout = std::chrono::seconds(30);
+    auto g = std::make_unique<Communicator>(std::make_shared<FileStore>(run_dir() + "/waiter-store"), c.rank(),
+                                            c.size(), o);
+    if (c.rank() == 0) {
+      float x = 0;
+      auto w = g->recv(&x, 1, DType::f32, 1, 7);  // rank 1 never sends it
+      std::string got = "no error";
+      std::thread waiter([&] {
+        try {
+          w->wait();
+        } catch (const Error& e) {
+          got = e.what();
+        }
+      });
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      const auto t0 = std::chrono::steady_clock::now();
+      g.reset();
+      waiter.join();
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      SH_CHECK(secs < 5) << "destroying took " << secs << " s (the op timeout is 30 s)";
+      SH_CHECK(got.find("destroyed") != std::string::npos) << got;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    }
+    c.barrier()->wait();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(All, P2PWaiters, ::testing::Values("shm", "tcp"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 INSTANTIATE_TEST_SUITE_P(All, P2P, ::testing::Values("shm", "tcp", "tcp_lowat1", "tcp_nolowat"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });

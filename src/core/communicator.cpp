@@ -307,28 +307,40 @@ void Communicator::Impl::run_claimed(const Work* w) {
     }
     run_one(op);
   }
-  P2P* mine = nullptr;
-  if (found)
+  auto in_flight = [&] {
     for (auto& p : pending)
-      if (p.work.get() == w) mine = &p;
+      if (p.work.get() == w) return true;
+    return false;
+  };
   try {
-    // A collective still queued behind `w` may be what `w` needs (its peer posts the matching
-    // op after it): after kInlineP2PFor the progress thread, which runs the queue, takes over.
+    // Every p2p op that completes meanwhile is finished at once (another thread may wait for it,
+    // and its peer for what that thread does next). A collective still queued behind `w` may be
+    // what `w` needs (its peer posts the matching op after it): after kInlineP2PFor the progress
+    // thread, which runs the queue, takes over; and at once when the communicator is destroyed.
     const auto give_up = Clock::now() + kInlineP2PFor;
-    if (mine)
-      progress_p2p([&] { return mine->req.complete || (queued.load() > 0 && Clock::now() > give_up); });
+    auto hand_over = [&] {
+      if (queued.load() > 0 && Clock::now() > give_up) return true;
+      std::lock_guard<std::mutex> lk(mu);
+      return stop;
+    };
+    auto any_complete = [&] {
+      for (auto& p : pending)
+        if (p.req.complete) return true;
+      return false;
+    };
+    while (found && in_flight() && !hand_over()) {
+      progress_p2p([&] { return any_complete() || hand_over(); });
+      sweep_p2p();
+    }
     sweep_p2p();
   } catch (...) {
     fail_all(std::current_exception());
   }
-  bool more;
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    running = false;
-    more = npending.load() != 0 || !queue.empty() || stop || engine->aborted();
-  }
-  if (more) {  // the progress thread takes over what is left
-    cv.notify_all();
+  // Handing back under the lock: once `running` is false the destructor may free this.
+  std::lock_guard<std::mutex> lk(mu);
+  running = false;
+  if (npending.load() != 0 || !queue.empty() || stop || engine->aborted()) {
+    cv.notify_all();  // the progress thread takes over what is left
     engine->wake();
   }
 }

@@ -257,6 +257,9 @@ def test_bad_input_is_refused_clearly(ray_local):
             lambda: col.allgather([np.zeros(3, np.float32)], np.zeros(3, np.float32), "refusals"),  # list too short
             lambda: col.allreduce(np.zeros(3, np.float32).view(np.dtype(">f4")), "refusals"),  # byte order
             lambda: col.allreduce(np.frombuffer(b"\0" * 12, np.float32), "refusals"),  # memory of a bytes object
+            # ... also seen through a memoryview of an array over it
+            lambda: col.allreduce(np.frombuffer(memoryview(np.frombuffer(bytes(12), np.float32)), np.float32),
+                                  "refusals"),
         ]:
             try:
                 fn()
@@ -270,7 +273,7 @@ def test_bad_input_is_refused_clearly(ray_local):
     errors = ray.get(actors[0].call.remote(bad_calls))
     assert all(e is not None for e in errors), errors
     assert "ndarray" in errors[0] and "rank" in errors[1] and "byte order" in errors[3], errors
-    assert "cannot be written" in errors[4], errors
+    assert "cannot be written" in errors[4] and "cannot be written" in errors[5], errors
     msg, secs = ray.get(waiting, timeout=60)
     assert "rank 0 refused the arguments of its" in msg, msg
     assert "refusals" in msg, msg  # the Ray group, by name

@@ -112,17 +112,24 @@ def _form_store(group_name: str, rank: int, world_size: int, timeout_s: float) -
         time.sleep(0.02)
 
 
+try:
+    from numpy.lib.array_utils import byte_bounds as _byte_bounds  # NumPy >= 2
+except ImportError:  # NumPy 1
+    _byte_bounds = np.byte_bounds
+
 _warned_read_only = False
 
 
 def _root_owner(x: np.ndarray) -> Any:
     """The object that owns an array's memory (the end of its chain of bases)."""
-    base = x
-    while isinstance(base, np.ndarray) and base.base is not None:
-        base = base.base
-    while isinstance(base, memoryview):
-        base = base.obj
-    return base
+    base: Any = x
+    while True:
+        if isinstance(base, np.ndarray) and base.base is not None:
+            base = base.base
+        elif isinstance(base, memoryview):
+            base = base.obj
+        else:
+            return base
 
 
 def _writable_mapping(addr: int, nbytes: int) -> bool:
@@ -159,7 +166,8 @@ def _as_tensor(x: Any, what: str, written: bool) -> torch.Tensor:
         raise ValueError(f"shoal: {what}: numpy arrays must be in native byte order, got {x.dtype}")
     if not x.flags.writeable and written:
         owner = _root_owner(x)
-        if isinstance(owner, bytes) or (x.nbytes and not _writable_mapping(x.ctypes.data, x.nbytes)):
+        lo, hi = _byte_bounds(x)  # strided views included
+        if isinstance(owner, bytes) or (hi > lo and not _writable_mapping(lo, hi - lo)):
             raise ValueError(f"shoal: {what}: the result would go into a read-only numpy array whose memory "
                              f"cannot be written ({type(owner).__name__}); pass a copy (np.array(x))")
         global _warned_read_only

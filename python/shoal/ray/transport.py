@@ -362,13 +362,18 @@ def register() -> None:
     """Register the tensor transport "shoal" with Ray (idempotent; ``import shoal`` calls it).
 
     Ray registers transports per process and copies the driver's registrations to each actor
-    before its first transfer; registering under a name Ray already has raises, hence the check."""
+    before its first transfer; registering under a name Ray already has raises, hence the check.
+    The class registered is the stand-in ``_shoal_autoload.ray_transport.LazyShoalTransport``
+    (making one makes a ShoalTensorTransport): Ray unpickles the class in each actor on its
+    ``_ray_system`` thread, and unpickling this module there could race the actor's own
+    ``import shoal`` on its task thread (two threads importing one package's parts deadlock)."""
     import torch
+    from _shoal_autoload.ray_transport import LazyShoalTransport
     from ray.experimental.rdt import util
 
     if TRANSPORT_NAME not in util.transport_manager_info:
         try:
-            util.register_tensor_transport(TRANSPORT_NAME, DEVICES, ShoalTensorTransport, torch.Tensor)
+            util.register_tensor_transport(TRANSPORT_NAME, DEVICES, LazyShoalTransport, torch.Tensor)
         except ValueError:
             if TRANSPORT_NAME not in util.transport_manager_info:  # not a lost race: a real error
                 raise
