@@ -6,6 +6,7 @@ computes the expected result independently with numpy.
 """
 
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -126,6 +127,25 @@ class Rank:
         return fn(*args)
 
 
+def wait_in_allreduce(name: str, n: int):
+    """In an actor: an allreduce of `n` floats on group `name` expected to fail; (its error, seconds)."""
+    t0 = time.monotonic()
+    try:
+        col.allreduce(np.ones(n, np.float32), name)
+        return "no error", 0.0
+    except Exception as e:  # noqa: BLE001
+        return f"{type(e).__name__}: {e}", time.monotonic() - t0
+
+
+def regroup(rank: int, old: str, new: str, n: int):
+    """In an actor: destroy group `old`, form the 2-rank group `new`, return an allreduce of `n` elements."""
+    col.destroy_collective_group(old)
+    col.init_collective_group(2, rank, backend="shoal", group_name=new)
+    x = np.full(n, rank + 1.0, np.float32)
+    col.allreduce(x, new)
+    return x.tolist()
+
+
 def expected(world, i, kind, dtype, n, op):
     ins = [make_input(r, i, dtype, n, op) for r in range(world)]
     if kind == "allreduce":
@@ -236,18 +256,8 @@ def test_bad_input_is_refused_clearly(ray_local):
     """Each refusal names the problem on the refusing rank; the first one aborts the group, so a
     peer already waiting in the op fails at once naming it (not after the 300 s timeout); the
     group can then be made again."""
-    import time
-
     actors = [Rank.remote() for _ in range(2)]
     ray.get([a.init.remote(2, r, "refusals") for r, a in enumerate(actors)])
-
-    def wait_in_allreduce():
-        t0 = time.monotonic()
-        try:
-            col.allreduce(np.ones(3, np.float32), "refusals")
-            return "no error", 0.0
-        except Exception as e:  # noqa: BLE001
-            return f"{type(e).__name__}: {e}", time.monotonic() - t0
 
     def bad_calls():
         errors = []
@@ -268,7 +278,7 @@ def test_bad_input_is_refused_clearly(ray_local):
                 errors.append(f"{type(e).__name__}: {e}")
         return errors
 
-    waiting = actors[1].call.remote(wait_in_allreduce)
+    waiting = actors[1].call.remote(wait_in_allreduce, "refusals", 3)
     time.sleep(1.0)
     errors = ray.get(actors[0].call.remote(bad_calls))
     assert all(e is not None for e in errors), errors
@@ -279,14 +289,8 @@ def test_bad_input_is_refused_clearly(ray_local):
     assert "refusals" in msg, msg  # the Ray group, by name
     assert secs < 1.0 + 10, (msg, secs)
 
-    def regroup(rank):
-        col.destroy_collective_group("refusals")
-        col.init_collective_group(2, rank, backend="shoal", group_name="refusals")
-        x = np.full(5, rank + 1.0, np.float32)
-        col.allreduce(x, "refusals")
-        return x.tolist()
-
-    assert ray.get([a.call.remote(regroup, r) for r, a in enumerate(actors)], timeout=120) == [[3.0] * 5] * 2
+    got = ray.get([a.call.remote(regroup, r, "refusals", "refusals", 5) for r, a in enumerate(actors)], timeout=120)
+    assert got == [[3.0] * 5] * 2
     for a in actors:
         ray.kill(a)
 
@@ -448,20 +452,10 @@ def test_torch_only_dtypes_and_strided_inputs(ray_local):
 def test_killed_actor_fails_the_others_then_survivors_regroup(ray_local):
     """An actor of the group is killed while the others wait in an allreduce: they raise within
     seconds, naming its rank; then they destroy the group and form a new one that works."""
-    import time
-
     actors = [Rank.remote() for _ in range(3)]
     ray.get([a.init.remote(3, r, "doomed") for r, a in enumerate(actors)])
 
-    def wait_in_allreduce():
-        t0 = time.monotonic()
-        try:
-            col.allreduce(np.ones(1 << 16, np.float32), "doomed")
-            return "no error", 0.0
-        except Exception as e:  # noqa: BLE001
-            return f"{type(e).__name__}: {e}", time.monotonic() - t0
-
-    pending = [a.call.remote(wait_in_allreduce) for a in actors[:2]]
+    pending = [a.call.remote(wait_in_allreduce, "doomed", 1 << 16) for a in actors[:2]]
     time.sleep(1.0)
     ray.kill(actors[2])
     got = ray.get(pending, timeout=60)
@@ -470,13 +464,8 @@ def test_killed_actor_fails_the_others_then_survivors_regroup(ray_local):
         assert "rank 2" in msg, msg
         assert secs < 1.0 + 10, (msg, secs)
 
-    def regroup(rank):
-        col.destroy_collective_group("doomed")
-        col.init_collective_group(2, rank, backend="shoal", group_name="doomed, again")
-        x = np.full(7, rank + 1.0, np.float32)
-        col.allreduce(x, "doomed, again")
-        return x.tolist()
-
-    assert ray.get([a.call.remote(regroup, r) for r, a in enumerate(actors[:2])], timeout=120) == [[3.0] * 7] * 2
+    got = ray.get([a.call.remote(regroup, r, "doomed", "doomed, again", 7) for r, a in enumerate(actors[:2])],
+                  timeout=120)
+    assert got == [[3.0] * 7] * 2
     for a in actors[:2]:
         ray.kill(a)
