@@ -62,95 +62,143 @@ const char* op_str(ReduceOp op) {
 
 // ---- Reduction inputs and their reference ----------------------------------------------------
 
-// Rank r's input element i for `op` on `dt` among n ranks (see the file comment).
-SHOAL_TEST_REFERENCE int64_t red_input(ReduceOp op, DType dt, int r, int n, size_t i, uint64_t seed) {
-  const bool boolean = dt == DType::boolean;
-  const bool sgn = is_signed(dt);
+// The generator runs over every element of every buffer (a million per large case, times the
+// world size for the expected values), so the reduce op is a template parameter: one switch per
+// buffer (by_op) rather than per element, and the element's code inlined into the loop.
+
+// What the generator needs to know of a dtype, looked up once per buffer.
+struct Kind {
+  bool boolean, sgn, flt;
+};
+SHOAL_TEST_REFERENCE Kind kind_of(DType dt) { return {dt == DType::boolean, is_signed(dt), is_float(dt)}; }
+
+// Rank r's input element i for `Op` on a dtype of kind `k` among n ranks (see the file comment).
+template <ReduceOp Op>
+SHOAL_TEST_REFERENCE inline int64_t red_input_of(DType dt, Kind k, int r, int n, size_t i, uint64_t seed) {
   const uint64_t h = uint64_t(i) * 7 + uint64_t(r) * 13 + seed * 3;
-  switch (op) {
-    case ReduceOp::sum: {
-      if (boolean) return (i + size_t(r) + seed) % 3 == 0;
-      int64_t v = int64_t(h % 11);
-      return sgn ? v - 5 : v;
+  if constexpr (Op == ReduceOp::sum) {
+    if (k.boolean) return (i + size_t(r) + seed) % 3 == 0;
+    int64_t v = int64_t(h % 11);
+    return k.sgn ? v - 5 : v;
+  } else if constexpr (Op == ReduceOp::prod) {
+    if (k.boolean) return (h % 5) != 0;
+    if ((i + size_t(r) + seed) % 3 == 0) return 2;
+    if (k.sgn && (i * 5 + size_t(r) + seed) % 4 == 1) return -1;
+    return 1;
+  } else if constexpr (Op == ReduceOp::min || Op == ReduceOp::max) {
+    if (k.boolean) return h % 3 == 0;
+    int64_t v = int64_t(h % 23);
+    return k.sgn ? v - 11 : v;
+  } else if constexpr (Op == ReduceOp::avg) {
+    if (k.boolean) return r == int((i + seed) % uint64_t(n)) && (i + seed) % 2 == 0;
+    if (k.flt) {
+      // The sum over ranks is n * (i % 7): the average is exact.
+      auto e = [&](int q) { return int64_t((size_t(q) + i + seed) % 3); };
+      if (r < n - 1) return int64_t(i % 7) + e(r);
+      int64_t s = 0;
+      for (int q = 0; q < n - 1; ++q) s += e(q);
+      return int64_t(i % 7) - s;
     }
-    case ReduceOp::prod:
-      if (boolean) return (h % 5) != 0;
-      if ((i + size_t(r) + seed) % 3 == 0) return 2;
-      if (sgn && (i * 5 + size_t(r) + seed) % 4 == 1) return -1;
-      return 1;
-    case ReduceOp::min:
-    case ReduceOp::max: {
-      if (boolean) return h % 3 == 0;
-      int64_t v = int64_t(h % 23);
-      return sgn ? v - 11 : v;
+    int64_t v = int64_t(h % 9);
+    return k.sgn ? v - 4 : v;
+  } else {  // band, bor, bxor
+    const uint64_t key = mix64(seed * 1000003 + i * 16 + uint64_t(r));
+    uint64_t x;
+    if constexpr (Op == ReduceOp::band) {
+      if (k.boolean) return key % 4 != 0;
+      x = mix64(seed * 7 + i) | (key & mix64(key + 1));  // a common part survives the and
+    } else if constexpr (Op == ReduceOp::bor) {
+      if (k.boolean) return key % 4 == 0;
+      x = key & mix64(key + 1) & mix64(key + 2);  // sparse bits: the or is not all ones
+    } else {
+      if (k.boolean) return key & 1;
+      x = key;
     }
-    case ReduceOp::avg: {
-      if (boolean) return r == int((i + seed) % uint64_t(n)) && (i + seed) % 2 == 0;
-      if (is_float(dt)) {
-        // The sum over ranks is n * (i % 7): the average is exact.
-        auto e = [&](int q) { return int64_t((size_t(q) + i + seed) % 3); };
-        if (r < n - 1) return int64_t(i % 7) + e(r);
-        int64_t s = 0;
-        for (int q = 0; q < n - 1; ++q) s += e(q);
-        return int64_t(i % 7) - s;
-      }
-      int64_t v = int64_t(h % 9);
-      return sgn ? v - 4 : v;
-    }
-    case ReduceOp::band:
-    case ReduceOp::bor:
-    case ReduceOp::bxor: {
-      const uint64_t k = mix64(seed * 1000003 + i * 16 + uint64_t(r));
-      uint64_t x;
-      if (op == ReduceOp::band) {
-        if (boolean) return k % 4 != 0;
-        x = mix64(seed * 7 + i) | (k & mix64(k + 1));  // a common part survives the and
-      } else if (op == ReduceOp::bor) {
-        if (boolean) return k % 4 == 0;
-        x = k & mix64(k + 1) & mix64(k + 2);  // sparse bits: the or is not all ones
-      } else {
-        if (boolean) return k & 1;
-        x = k;
-      }
-      switch (dt) {
-        case DType::i8: return int8_t(uint8_t(x));
-        case DType::u8: return int64_t(x & 0xff);
-        case DType::i32: return int32_t(uint32_t(x));
-        default: return int64_t(x);
-      }
+    switch (dt) {
+      case DType::i8: return int8_t(uint8_t(x));
+      case DType::u8: return int64_t(x & 0xff);
+      case DType::i32: return int32_t(uint32_t(x));
+      default: return int64_t(x);
     }
   }
-  return 0;
 }
 
-SHOAL_TEST_REFERENCE int64_t combine(ReduceOp op, DType dt, int64_t a, int64_t b) {
-  const bool boolean = dt == DType::boolean;
-  switch (op) {
-    case ReduceOp::sum: return boolean ? (a | b) : a + b;
-    case ReduceOp::avg: return a + b;
-    case ReduceOp::prod: return boolean ? (a & b) : a * b;
-    case ReduceOp::min: return std::min(a, b);
-    case ReduceOp::max: return std::max(a, b);
-    case ReduceOp::band: return a & b;
-    case ReduceOp::bor: return a | b;
-    case ReduceOp::bxor: return a ^ b;
-  }
-  return 0;
+template <ReduceOp Op>
+SHOAL_TEST_REFERENCE inline int64_t combine_of(Kind k, int64_t a, int64_t b) {
+  if constexpr (Op == ReduceOp::sum) return k.boolean ? (a | b) : a + b;
+  if constexpr (Op == ReduceOp::avg) return a + b;
+  if constexpr (Op == ReduceOp::prod) return k.boolean ? (a & b) : a * b;
+  if constexpr (Op == ReduceOp::min) return std::min(a, b);
+  if constexpr (Op == ReduceOp::max) return std::max(a, b);
+  if constexpr (Op == ReduceOp::band) return a & b;
+  if constexpr (Op == ReduceOp::bor) return a | b;
+  if constexpr (Op == ReduceOp::bxor) return a ^ b;
 }
 
-SHOAL_TEST_REFERENCE int64_t red_expected(ReduceOp op, DType dt, int n, size_t i, uint64_t seed) {
-  int64_t acc = red_input(op, dt, 0, n, i, seed);
-  for (int r = 1; r < n; ++r) acc = combine(op, dt, acc, red_input(op, dt, r, n, i, seed));
-  if (op == ReduceOp::avg) acc = acc / n;  // truncates toward zero
+template <ReduceOp Op>
+SHOAL_TEST_REFERENCE inline int64_t red_expected_of(DType dt, Kind k, int n, size_t i, uint64_t seed) {
+  int64_t acc = red_input_of<Op>(dt, k, 0, n, i, seed);
+  for (int r = 1; r < n; ++r) acc = combine_of<Op>(k, acc, red_input_of<Op>(dt, k, r, n, i, seed));
+  if constexpr (Op == ReduceOp::avg) acc = acc / n;  // truncates toward zero
   return acc;
 }
 
+// F<op>::run(args...) for the op known at run time.
+template <template <ReduceOp> class F, class... A>
+SHOAL_TEST_REFERENCE auto by_op(ReduceOp op, A... a) {
+  switch (op) {
+    case ReduceOp::sum: return F<ReduceOp::sum>::run(a...);
+    case ReduceOp::prod: return F<ReduceOp::prod>::run(a...);
+    case ReduceOp::min: return F<ReduceOp::min>::run(a...);
+    case ReduceOp::max: return F<ReduceOp::max>::run(a...);
+    case ReduceOp::avg: return F<ReduceOp::avg>::run(a...);
+    case ReduceOp::band: return F<ReduceOp::band>::run(a...);
+    case ReduceOp::bor: return F<ReduceOp::bor>::run(a...);
+    case ReduceOp::bxor: return F<ReduceOp::bxor>::run(a...);
+  }
+  std::abort();
+}
+
+template <ReduceOp Op>
+struct InputAt {
+  SHOAL_TEST_REFERENCE static int64_t run(DType dt, int r, int n, size_t i, uint64_t seed) {
+    return red_input_of<Op>(dt, kind_of(dt), r, n, i, seed);
+  }
+};
+template <ReduceOp Op>
+struct ExpectedAt {
+  SHOAL_TEST_REFERENCE static int64_t run(DType dt, int n, size_t i, uint64_t seed) {
+    return red_expected_of<Op>(dt, kind_of(dt), n, i, seed);
+  }
+};
 // buf[k] = input of global element first+k.
+template <ReduceOp Op>
+struct FillInput {
+  SHOAL_TEST_REFERENCE static void run(DType dt, int r, int n, size_t first, size_t count, uint64_t seed, void* buf) {
+    const Kind k = kind_of(dt);
+    for (size_t j = 0; j < count; ++j) put_value(dt, buf, j, red_input_of<Op>(dt, k, r, n, first + j, seed));
+  }
+};
+// buf[k] = expected result of global element first+k.
+template <ReduceOp Op>
+struct FillExpected {
+  SHOAL_TEST_REFERENCE static void run(DType dt, int n, size_t first, size_t count, uint64_t seed, void* buf) {
+    const Kind k = kind_of(dt);
+    for (size_t j = 0; j < count; ++j) put_value(dt, buf, j, red_expected_of<Op>(dt, k, n, first + j, seed));
+  }
+};
+
+SHOAL_TEST_REFERENCE int64_t red_input(ReduceOp op, DType dt, int r, int n, size_t i, uint64_t seed) {
+  return by_op<InputAt>(op, dt, r, n, i, seed);
+}
+SHOAL_TEST_REFERENCE int64_t red_expected(ReduceOp op, DType dt, int n, size_t i, uint64_t seed) {
+  return by_op<ExpectedAt>(op, dt, n, i, seed);
+}
 SHOAL_TEST_REFERENCE void fill_red_input(ReduceOp op, DType dt, int r, int n, size_t first, size_t count, uint64_t seed, void* buf) {
-  for (size_t k = 0; k < count; ++k) put_value(dt, buf, k, red_input(op, dt, r, n, first + k, seed));
+  by_op<FillInput>(op, dt, r, n, first, count, seed, buf);
 }
 SHOAL_TEST_REFERENCE void fill_red_expected(ReduceOp op, DType dt, int n, size_t first, size_t count, uint64_t seed, void* buf) {
-  for (size_t k = 0; k < count; ++k) put_value(dt, buf, k, red_expected(op, dt, n, first + k, seed));
+  by_op<FillExpected>(op, dt, n, first, count, seed, buf);
 }
 // buf[k] = data element first+k of stream `seed`.
 void fill_data_at(DType dt, void* buf, size_t count, uint64_t seed, size_t first) {
@@ -996,9 +1044,10 @@ TEST(CollectivesSmall, RanksApartGetEveryResult) {
         }
         case 2: {  // gather to root
           c.gather(in.data(), out.data(), kCount, DType::i32, root)->wait();
-          if (me == root)
+          if (me == root) {
             for (int r = 0; r < n; ++r)
               for (size_t i = 0; i < kCount; ++i) SH_CHECK_EQ(out[r * kCount + i], value(r, i)) << "op " << k;
+          }
           break;
         }
         case 3: {  // scatter from root
