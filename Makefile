@@ -13,7 +13,7 @@ APT_PACKAGES := cmake g++ make ccache libgloo-dev libgtest-dev libgmock-dev ipro
 CCACHE_ENV = CCACHE_DIR=$(CURDIR)/$(BUILD)/ccache CCACHE_NOHASHDIR=1
 LAUNCHER = $$(command -v ccache)
 
-.PHONY: all setup deps venv build test demo bench clean
+.PHONY: all setup deps venv build setup-and-build test demo bench clean
 
 all: build
 
@@ -40,7 +40,12 @@ build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=$(CXX) -DCMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER) >/dev/null
 	$(CCACHE_ENV) cmake --build $(BUILD) -j$(JOBS)
 
-test: setup build
+# The Python environment is made while the C++ build compiles: pip spends most of its time
+# unpacking wheels, and two cores build about as fast beside it.
+setup-and-build: deps
+	$(MAKE) -j2 venv build
+
+test: setup-and-build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600 -j$(JOBS)
 	$(MAKE) test-python
 

@@ -6,7 +6,7 @@
 #   make tsan        the same into build/tsan with ThreadSanitizer
 #   make fuzz        build the libFuzzer targets (tests/fuzz/*.cpp, clang) into build/fuzz and run
 #                    each for FUZZ_SECONDS (default 300) from its seed corpus
-#   make fuzz-smoke  the same for FUZZ_SMOKE_SECONDS (default 10) each
+#   make fuzz-smoke  the same for FUZZ_SMOKE_SECONDS (default 5) each
 #
 # Every process the tests spawn (forked rank processes, shoal-run and what it execs) inherits the
 # *SAN_OPTIONS below, so a report in a child makes it exit with a non-zero code (or die on a
@@ -20,7 +20,7 @@ ASAN_BUILD ?= $(BUILD)/asan
 TSAN_BUILD ?= $(BUILD)/tsan
 FUZZ_BUILD ?= $(BUILD)/fuzz
 FUZZ_SECONDS ?= 300
-FUZZ_SMOKE_SECONDS ?= 10
+FUZZ_SMOKE_SECONDS ?= 5
 # Debian 12's clang is clang 14; libFuzzer's runtime (-fsanitize=fuzzer) is in libclang-rt-14-dev.
 FUZZ_CXX ?= clang++
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.cpp,%,$(wildcard tests/fuzz/*.cpp))
@@ -133,6 +133,6 @@ fuzz: fuzz-build
 fuzz-smoke: fuzz-build
 	$(call run_fuzzers,$(FUZZ_SMOKE_SECONDS))
 
-# `make test` runs the fuzz smoke first (about 1 min: 4 targets x 10 s, plus their build), then
+# `make test` runs the fuzz smoke first (about 1 min: 4 targets x 5 s, plus their build), then
 # the suite under ASan + UBSan (about 5 min with its build).
 test: fuzz-smoke asan
