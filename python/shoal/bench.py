@@ -15,7 +15,11 @@ data is checked against a reference every rank computes itself ("check" column).
 Sizes are nccl-tests': all_reduce and broadcast the tensor; all_gather, reduce_scatter and
 all_to_all the total (all_gather's output, reduce_scatter's input, all_to_all's whole tensor).
 busbw = algbw (size/time) times 2(p-1)/p for all_reduce, (p-1)/p for all_gather,
-reduce_scatter and all_to_all, 1 for broadcast. "gloo/shoal" is gloo's time over shoal's.
+reduce_scatter and all_to_all, 1 for broadcast. "PEER/shoal" is a peer's time over shoal's.
+
+Backends: any torch.distributed backend by name (``shoal``, ``gloo``), and ``deepspeed``: DeepSpeed's
+CPU shared-memory allreduce (all_reduce only; needs ``pip install deepspeed``; shoal.deepspeed_peer
+says more). Ops a backend lacks show "-".
 
 --ddp adds DistributedDataParallel training steps: the digits MLP of ``python -m shoal.demo`` and a
 wide MLP (~6.3 M parameters, 25 MB of gradients per step), same seed and data on each backend:
@@ -29,6 +33,8 @@ import argparse
 import json
 import os
 import time
+
+from .deepspeed_peer import DeepSpeedShm
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 ALL_OPS = ["all_reduce", "all_gather", "broadcast", "reduce_scatter", "all_to_all"]
@@ -105,7 +111,9 @@ class _Case:
         import torch.distributed as dist
 
         op = self.op
-        if op == "all_reduce":
+        if isinstance(g, DeepSpeedShm):
+            g.all_reduce(self.a)
+        elif op == "all_reduce":
             dist.all_reduce(self.a, group=g)
         elif op == "broadcast":
             dist.broadcast(self.a, group_src=0, group=g)
@@ -156,10 +164,14 @@ def _agree(ctl, value: float, op) -> float:
     return t.item()
 
 
-def _time_calls(case, g, k: int) -> float:
+def _is_group(g) -> bool:
+    return not isinstance(g, DeepSpeedShm)
+
+
+def _time_calls(case, g, ctl, k: int) -> float:
     import torch.distributed as dist
 
-    dist.barrier(group=g)
+    dist.barrier(group=g if _is_group(g) else ctl)
     start = time.perf_counter()
     for _ in range(k):
         case.call(g)
@@ -175,27 +187,29 @@ def _bench_ops(rank, p, groups, ctl, cfg):
         for nbytes in cfg["sizes"]:
             case = _Case(op, nbytes, rank, p)
             # Estimate the time per call on each backend (after one warm-up call), ranks agreeing.
+            timed = {b: g for b, g in groups.items() if _is_group(g) or op in g.ops}
             est = 0.0
-            for g in groups.values():
+            for g in timed.values():
                 case.call(g)
                 k = 1
                 while True:
-                    t = _agree(ctl, _time_calls(case, g, k), MAX)
+                    t = _agree(ctl, _time_calls(case, g, ctl, k), MAX)
                     if t * k >= 0.02 or k >= 1000:
                         break
                     k *= 10
                 est = max(est, t)
             iters = int(min(cfg["max_iters"], max(cfg["min_iters"], cfg["time"] / max(est, 1e-7))))
             row = {"op": op, "bytes": case.bytes, "iters": iters}
-            for b, g in groups.items():
-                us = _agree(ctl, _time_calls(case, g, iters), MAX) * 1e6
+            for b in groups:
+                row[f"{b}_us"] = row[f"{b}_busbw"] = None
+            for b, g in timed.items():
+                us = _agree(ctl, _time_calls(case, g, ctl, iters), MAX) * 1e6
                 row[f"{b}_us"] = us
                 row[f"{b}_busbw"] = case.bytes / (us * 1e-6) / 1e9 * BUSBW_FACTOR[op](p)
-            if "gloo" in groups and "shoal" in groups:
-                row["ratio"] = row["gloo_us"] / row["shoal_us"]
-            else:
-                row["ratio"] = None
-            bad = [b for b, g in groups.items() if _agree(ctl, float(case.check(g)), MIN) < 1]
+            row["ratios"] = {b: row[f"{b}_us"] / row["shoal_us"] for b in _peers(groups)
+                             if row[f"{b}_us"] is not None and row.get("shoal_us") is not None}
+            row["ratio"] = row["ratios"].get("gloo")  # gloo/shoal, as before there were other peers
+            bad = [b for b, g in timed.items() if _agree(ctl, float(case.check(g)), MIN) < 1]
             row["check"] = "ok" if not bad else "FAIL " + ",".join(bad)
             rows.append(row)
             if rank == 0 and cfg["live"]:
@@ -234,6 +248,7 @@ def _bench_ddp(rank, p, groups, ctl, cfg):
         ("wide MLP", _wide_mlp, torch.randn(32, 1024, generator=gen), torch.randint(0, 10, (32,), generator=gen),
          max(2, cfg["ddp_steps"] // 4)),
     ]
+    groups = {b: g for b, g in groups.items() if _is_group(g)}  # DDP runs on process groups
     rows = []
     for name, build, x, y, steps in models:
         row = {"model": name, "steps": steps}
@@ -288,7 +303,8 @@ def _rank(rank, p, cfg):
     dist.init_process_group("gloo", rank=rank, world_size=p, timeout=timedelta(seconds=cfg["timeout"]))
     try:
         ctl = dist.group.WORLD
-        groups = {b: dist.new_group(backend=b) for b in cfg["backends"]}
+        groups = {b: DeepSpeedShm(rank, p) if b == "deepspeed" else dist.new_group(backend=b)
+                  for b in cfg["backends"]}
         out = {"rows": _bench_ops(rank, p, groups, ctl, cfg)}
         if cfg["ddp"]:
             out["ddp"] = _bench_ddp(rank, p, groups, ctl, cfg)
@@ -298,17 +314,26 @@ def _rank(rank, p, cfg):
         dist.destroy_process_group()
 
 
+def _peers(backends) -> list:
+    """The backends shoal is compared with (a ratio column each), when shoal is measured too."""
+    return [b for b in backends if b != "shoal"] if "shoal" in backends else []
+
+
 def _header(op, p, backends) -> str:
     cols = "".join(f" {b + ' us':>12} {b + ' GB/s':>11}" for b in backends)
-    ratio = f" {'gloo/shoal':>10}" if "gloo" in backends and "shoal" in backends else ""
+    ratios = "".join(f" {b + '/shoal':>10}" for b in _peers(backends))
     return (f"# {op}, {p} ranks, float32; time: max over ranks of the mean per call; busbw GB/s\n"
-            f"{'size':>10} {'iters':>6}{cols}{ratio}  check")
+            f"{'size':>10} {'iters':>6}{cols}{ratios}  check")
 
 
 def _row_line(row, backends) -> str:
-    cols = "".join(f" {row[f'{b}_us']:>12.1f} {row[f'{b}_busbw']:>11.3f}" for b in backends)
-    ratio = f" {row['ratio']:>9.2f}x" if row.get("ratio") is not None else ""
-    return f"{fmt_size(row['bytes']):>10} {row['iters']:>6}{cols}{ratio}  {row['check']}"
+    def num(v, width, prec):
+        return f" {'-':>{width}}" if v is None else f" {v:>{width}.{prec}f}"
+
+    cols = "".join(num(row[f"{b}_us"], 12, 1) + num(row[f"{b}_busbw"], 11, 3) for b in backends)
+    ratios = "".join(f" {row['ratios'][b]:>9.2f}x" if b in row.get("ratios", {}) else f" {'-':>10}"
+                     for b in _peers(backends))
+    return f"{fmt_size(row['bytes']):>10} {row['iters']:>6}{cols}{ratios}  {row['check']}"
 
 
 def print_tables(result) -> None:
@@ -322,6 +347,7 @@ def print_tables(result) -> None:
     if result.get("ddp"):
         print(f"# DDP training step, {p} ranks: mean step time in ms (max over ranks); "
               "compute = the same step without gradient sync")
+        backends = [b for b in backends if f"{b}_ms" in result["ddp"][0]]  # process groups only
         cols = "".join(f" {b + ' ms':>10}" for b in backends)
         ratio = f" {'gloo/shoal':>10}" if "gloo" in backends and "shoal" in backends else ""
         print(f"{'model':>12} {'params':>9} {'steps':>5} {'compute ms':>10}{cols}{ratio}")
@@ -345,7 +371,9 @@ def plot(result, path: str) -> None:
     for ax, op in zip(axes.flat, ops):
         rows = [r for r in result["rows"] if r["op"] == op]
         for b in result["backends"]:
-            ax.plot([r["bytes"] for r in rows], [r[f"{b}_busbw"] for r in rows], marker="o", label=b)
+            pts = [(r["bytes"], r[f"{b}_busbw"]) for r in rows if r[f"{b}_busbw"] is not None]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=b)
         ax.set_xscale("log", base=2)
         ax.set_xticks([r["bytes"] for r in rows], [fmt_size(r["bytes"]) for r in rows], fontsize=7)
         ax.set_title(f"{op}, {result['ranks']} ranks")
@@ -386,6 +414,8 @@ def main(argv=None) -> int:
         if o not in ALL_OPS:
             p.error(f"unknown op {o!r} (one of {', '.join(ALL_OPS)})")
     backends = [b.strip() for b in a.backends.split(",") if b.strip()]
+    if "deepspeed" in backends and (why := DeepSpeedShm.missing()):
+        p.error(why)
     sizes = ([parse_size(s) for s in a.sizes.split(",")] if a.sizes
              else sizes_from(parse_size(a.minbytes), parse_size(a.maxbytes), a.stepfactor))
     live = len(ops) == 1  # one op: print rows as they come; several: a table per op at the end

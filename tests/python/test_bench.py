@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from shoal.bench import ALL_OPS
 
 
@@ -39,3 +41,41 @@ def test_bench_json_and_plot(tmp_path):
         assert d["shoal_ms"] > 0 and d["gloo_ms"] > 0 and d["compute_ms"] > 0
         assert abs(d["shoal_loss"] - d["gloo_loss"]) < 1e-4  # same seed, same data
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and os.path.getsize(png) > 10000
+
+
+def _bench(tmp_path, *args, env=None):
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "shoal.bench", "-n", "2", "--time", "0.01", "--json", str(out), *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    return r, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def test_deepspeed_peer(tmp_path):
+    """DeepSpeed's shm allreduce beside shoal: timed and checked for all_reduce, '-' for the rest."""
+    pytest.importorskip("deepspeed")
+    r, res = _bench(tmp_path, "--backends", "shoal,deepspeed", "--ops", "all_reduce,broadcast",
+                    "-b", "8", "-e", "512K", "-f", "256")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "deepspeed/shoal" in r.stdout
+    rows = res["rows"]
+    assert [(x["op"], x["bytes"]) for x in rows] == [(op, s) for op in ("all_reduce", "broadcast")
+                                                     for s in (8, 2048, 524288)]
+    for x in rows:
+        assert x["check"] == "ok", x
+        assert x["shoal_us"] > 0
+        if x["op"] == "all_reduce":
+            assert x["deepspeed_us"] > 0
+            assert abs(x["ratios"]["deepspeed"] - x["deepspeed_us"] / x["shoal_us"]) < 1e-9
+        else:
+            assert x["deepspeed_us"] is None and "deepspeed" not in x["ratios"]
+
+
+def test_deepspeed_peer_missing_is_a_usage_error(tmp_path):
+    """Without DeepSpeed the bench says how to get it before starting any rank."""
+    fake = tmp_path / "fake" / "deepspeed"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('no DeepSpeed in this test')\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "fake") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r, res = _bench(tmp_path, "--backends", "shoal,deepspeed", "-b", "8", "-e", "8", env=env)
+    assert r.returncode == 2 and res is None
+    assert "pip install deepspeed" in r.stderr and "no DeepSpeed in this test" in r.stderr
