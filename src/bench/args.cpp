@@ -85,6 +85,9 @@ std::string usage() {
       "                         transport), ompi (Open MPI, ranks started by mpirun); repeat or list: gloo,ompi\n"
       "  --mpirun-args ARGS     extra mpirun arguments for --vs ompi (e.g. \"--mca coll_tuned_use_dynamic_rules 1\")\n"
       "  --json FILE            rank 0 writes the results to FILE as JSON\n"
+      "  --floors               first measure this machine's memory bandwidth B (a copy, one thread per core)\n"
+      "                         and a cache-line round trip between two cores; print each row's time over\n"
+      "                         them: allreduce's memory floor 2*p*n/B, and the round trip\n"
       "  --iters N              timed iterations per size (default adaptive: ~0.2 s, 3..100000)\n"
       "  --warmup N             untimed iterations per size (default 5, or 2 from 8M)\n"
       "SIZE is the nccl-tests size: the buffer of allreduce/broadcast/reduce/sendrecv, the total\n"
@@ -157,6 +160,8 @@ Config parse_args(const std::vector<std::string>& args) {
       }
     } else if (a == "--mpirun-args") {
       c.mpirun_args = next();
+    } else if (a == "--floors") {
+      c.floors = true;
     } else if (a == "--json") {
       c.json_path = next();
     } else if (a == "--iters" || a == "-i" || a == "--iterations") {

@@ -43,6 +43,7 @@ struct Config {
   bool vs_ompi = false;
   std::string mpirun_args;  // extra arguments for mpirun (--vs ompi), split at spaces
   std::string json_path;
+  bool floors = false;  // measure the machine's limits first and print each row against them
   int iters = 0;    // 0 = adaptive
   int warmup = -1;  // -1 = by size (5 below 8 MiB, 2 from there)
   std::vector<std::string> argv;  // the original arguments, passed on to the ranks
@@ -122,6 +123,21 @@ std::unique_ptr<Runner> make_ompi_runner(int rank, int size, std::string* why);
 std::string ompi_description();  // the table header's line
 bool have_ompi();                // built with Open MPI
 std::string mpirun_path();       // the mpirun found at build time
+
+// The machine's limits (--floors, floors.cpp): B, memory bandwidth of a copy with one thread per
+// core (bytes read + written per second, all threads); the cache-line round trip between two cores
+// (0 where only one core is allowed).
+struct Floors {
+  double bw_bytes_per_s = 0;
+  int bw_threads = 0;
+  double rtt_ns = 0;
+};
+Floors measure_floors();  // takes ~2 s; run by the launcher before it starts the ranks
+std::string floors_env(const Floors& f);  // "SHOAL_BENCH_FLOORS=..." for the ranks
+std::optional<Floors> floors_from_env();
+// The memory floor of one op of `bytes` (the row's size) on p ranks, in µs: 2·p·n/B for allreduce
+// (every input read, every output written); NaN for the other ops.
+double memory_floor_us(Op op, size_t bytes, int p, const Floors& f);
 
 // Launcher side: forks/execs this binary `cfg.ranks` times and waits. Returns the exit status.
 int launch(const Config& cfg, const char* self);

@@ -31,7 +31,8 @@ void on_signal(int) { g_interrupted = 1; }
 
 bool dropped_env(const char* kv, bool drop_transport) {
   static const char* const kNames[] = {"SHOAL_RANK=", "SHOAL_WORLD_SIZE=", "SHOAL_STORE=", "SHOAL_STORE_SERVER=",
-                                       "SHOAL_LOCAL_RANK=", "SHOAL_LOCAL_WORLD_SIZE="};
+                                       "SHOAL_LOCAL_RANK=", "SHOAL_LOCAL_WORLD_SIZE=",
+                                       "SHOAL_BENCH_FLOORS="};
   for (const char* n : kNames)
     if (std::strncmp(kv, n, std::strlen(n)) == 0) return true;
   return drop_transport && std::strncmp(kv, "SHOAL_TRANSPORT=", 16) == 0;
@@ -60,6 +61,7 @@ int launch(const Config& cfg, const char* self) {
   env_keep.push_back("SHOAL_STORE=127.0.0.1:" + std::to_string(port));
   env_keep.push_back("SHOAL_STORE_SERVER=0");
   if (cfg.transport_given && cfg.transport != "auto") env_keep.push_back("SHOAL_TRANSPORT=" + cfg.transport);
+  if (cfg.floors) env_keep.push_back(floors_env(measure_floors()));  // before any rank runs
   std::vector<std::string> rank_env(n);
   for (int r = 0; r < n; ++r) rank_env[r] = "SHOAL_RANK=" + std::to_string(r);
 

@@ -210,7 +210,8 @@ std::vector<size_t> sizes_of(const Config& cfg) {
 
 class Printer {
  public:
-  Printer(const Config& cfg, const Backends& be) : cfg_(cfg), be_(be) {}
+  Printer(const Config& cfg, const Backends& be, std::optional<Floors> floors)
+      : cfg_(cfg), be_(be), floors_(floors) {}
 
   void header(const std::string& transport_used, int p) {
     std::printf("# shoal-bench %s  ranks %d  dtype %s  op %s  algo %s  transport %s (%s)\n", op_name(cfg_.op), p,
@@ -226,6 +227,13 @@ class Printer {
     std::printf("# busbw = algbw * %s (nccl-tests)\n", busbw_text().c_str());
     for (size_t b = 1; b < be_.names.size(); ++b) std::printf("# %s\n", be_.lines[b].c_str());
     for (const auto& n : be_.notes) std::printf("# %s\n", n.c_str());
+    if (floors_) {
+      std::printf("# floors: memory bandwidth B = %.1f GB/s (memcpy of 64 MiB per thread, %d threads, read + written); ",
+                  floors_->bw_bytes_per_s / 1e9, floors_->bw_threads);
+      if (floors_->rtt_ns > 0) std::printf("cache-line round trip between two cores = %.0f ns\n", floors_->rtt_ns);
+      else std::printf("cache-line round trip: not measured (one core allowed)\n");
+      std::printf("# t/mem: shoal's time over the memory floor 2*p*n/B (allreduce); t/rtt: over the round trip\n");
+    }
     std::printf("#\n");
     std::string l1 = "#       size       count  iters |  shoal time     algbw     busbw";
     std::string l2 = "#        (B)    (elements)       |       (us)    (GB/s)    (GB/s)";
@@ -240,6 +248,7 @@ class Printer {
       std::snprintf(c2, sizeof c2, " | %10s", (be_.names[b] + "/shoal").c_str());
       l1 += c1, l2 += c2;
     }
+    if (floors_) l1 += " |    t/mem    t/rtt", l2 += " |   (floors)       ";
     std::printf("%s\n%s\n", l1.c_str(), l2.c_str());
     std::fflush(stdout);
   }
@@ -262,8 +271,27 @@ class Printer {
       else
         std::printf(" | %10s", "-");
     }
+    if (floors_) {
+      std::printf(" |");
+      for (double x : {over_memory_floor(r), over_round_trip(r)}) {
+        if (std::isfinite(x)) std::printf(" %8.2f", x);
+        else std::printf(" %8s", "-");
+      }
+    }
     std::printf("%s\n", notes.c_str());
     std::fflush(stdout);
+  }
+
+  // shoal's time over the memory floor and over the cache-line round trip; NaN where undefined.
+  double over_memory_floor(const Row& r) const {
+    const Result& s = r.res[0];
+    if (!floors_ || !s.ran || !s.error.empty()) return NAN;
+    return s.us / memory_floor_us(cfg_.op, r.bytes, p_, *floors_);
+  }
+  double over_round_trip(const Row& r) const {
+    const Result& s = r.res[0];
+    if (!floors_ || floors_->rtt_ns <= 0 || !s.ran || !s.error.empty()) return NAN;
+    return s.us * 1e3 / floors_->rtt_ns;
   }
 
   // peer time / shoal time, NaN where either did not run cleanly.
@@ -316,6 +344,7 @@ class Printer {
  private:
   const Config& cfg_;
   const Backends& be_;
+  std::optional<Floors> floors_;
   size_t bytes_ = 0;
   int p_ = 1;
 };
@@ -323,7 +352,7 @@ class Printer {
 // Fields per backend: shoal_us, shoal_algbw, shoal_busbw, shoal_error; for each peer X: X_us,
 // X_busbw, X_error, X_ratio (X_us / shoal_us), and "ratio" for gloo's (the field's first meaning).
 void write_json(const Config& cfg, int p, const std::string& transport_used, const Backends& be,
-                const std::vector<Row>& rows) {
+                const std::optional<Floors>& floors, const std::vector<Row>& rows) {
   std::ofstream f(cfg.json_path);
   if (!f) throw std::runtime_error("cannot write " + cfg.json_path);
   const double factor = busbw_factor(cfg.op, p);
@@ -336,6 +365,10 @@ void write_json(const Config& cfg, int p, const std::string& transport_used, con
   f << "  \"transport_used\": \"" << json_escape(transport_used) << "\",\n";
   f << "  \"algo\": \"" << json_escape(cfg.algo_str) << "\",\n";
   f << "  \"machine\": {\"nproc\": " << machine_nproc() << ", \"model\": \"" << json_escape(machine_model()) << "\"},\n";
+  if (floors)
+    f << "  \"floors\": {\"memory_bw_GBps\": " << json_num(floors->bw_bytes_per_s / 1e9)
+      << ", \"memory_bw_threads\": " << floors->bw_threads
+      << ", \"cacheline_rtt_ns\": " << (floors->rtt_ns > 0 ? json_num(floors->rtt_ns) : "null") << "},\n";
   for (size_t b = 1; b < be.names.size(); ++b)
     f << "  \"" << be.names[b] << "\": \"" << json_escape(be.lines[b]) << "\",\n";
   if (!be.notes.empty()) {
@@ -357,6 +390,10 @@ void write_json(const Config& cfg, int p, const std::string& transport_used, con
       const double ab = good ? algbw(r.bytes, res.us) : NAN;
       f << ", \"" << n << "_us\": " << (good ? json_num(res.us) : "null");
       if (b == 0) f << ", \"shoal_algbw\": " << json_num(ab);
+      if (b == 0 && floors) {
+        f << ", \"shoal_over_mem_floor\": " << json_num(good ? res.us / memory_floor_us(cfg.op, r.bytes, p, *floors) : NAN);
+        f << ", \"shoal_over_rtt\": " << json_num(good && floors->rtt_ns > 0 ? res.us * 1e3 / floors->rtt_ns : NAN);
+      }
       f << ", \"" << n << "_busbw\": " << json_num(ab * factor);
       if (!res.error.empty()) f << ", \"" << n << "_error\": \"" << json_escape(res.error) << "\"";
       if (b > 0) {
@@ -442,7 +479,8 @@ int worker_main(const Config& cfg) {
     ph[b].disabled_why = setup_errors[b];
   }
 
-  Printer printer(cfg, be);
+  const std::optional<Floors> floors = cfg.floors ? floors_from_env() : std::nullopt;
+  Printer printer(cfg, be, floors);
   if (rank == 0) printer.header(transport_used, p);
 
   std::vector<Row> rows;
@@ -606,7 +644,7 @@ int worker_main(const Config& cfg) {
     rows.push_back(row);
   }
 
-  if (rank == 0 && !cfg.json_path.empty()) write_json(cfg, p, transport_used, be, rows);
+  if (rank == 0 && !cfg.json_path.empty()) write_json(cfg, p, transport_used, be, floors, rows);
 
   // Leave together: nobody tears its connections down while a peer still uses them.
   coord.sync();
