@@ -34,6 +34,7 @@ import json
 import os
 import time
 
+from .bench_zero import bench_zero, print_zero
 from .deepspeed_peer import DeepSpeedShm
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -308,6 +309,8 @@ def _rank(rank, p, cfg):
         out = {"rows": _bench_ops(rank, p, groups, ctl, cfg)}
         if cfg["ddp"]:
             out["ddp"] = _bench_ddp(rank, p, groups, ctl, cfg)
+        if cfg["zero"]:
+            out["zero"] = bench_zero(rank, p, {b: g for b, g in groups.items() if _is_group(g)}, ctl, cfg)
         dist.barrier()
         return out if rank == 0 else None
     finally:
@@ -356,6 +359,8 @@ def print_tables(result) -> None:
             ratio = f" {r['ratio']:>9.2f}x" if r.get("ratio") is not None else ""
             print(f"{r['model']:>12} {r['params']:>9} {r['steps']:>5} {r['compute_ms']:>10.2f}{cols}{ratio}")
         print()
+    if result.get("zero"):
+        print_zero(result["zero"], [b for b in backends if f"{b}_ms" in result["zero"][0]], p)
 
 
 def plot(result, path: str) -> None:
@@ -406,6 +411,9 @@ def main(argv=None) -> int:
     p.add_argument("--plot", default=None, help="write a PNG of busbw against size here")
     p.add_argument("--ddp", action="store_true", help="also time DDP training steps")
     p.add_argument("--ddp-steps", type=int, default=40, help="timed steps of the small model (a quarter for the wide one)")
+    p.add_argument("--zero", action="store_true",
+                   help="also time ZeroRedundancyOptimizer steps (one async broadcast per parameter from its owner)")
+    p.add_argument("--zero-steps", type=int, default=40, help="timed ZeRO steps of the small model (others scaled)")
     p.add_argument("--timeout", type=float, default=600, help="process group timeout, seconds")
     a = p.parse_args(argv)
 
@@ -420,7 +428,8 @@ def main(argv=None) -> int:
              else sizes_from(parse_size(a.minbytes), parse_size(a.maxbytes), a.stepfactor))
     live = len(ops) == 1  # one op: print rows as they come; several: a table per op at the end
     cfg = dict(ops=ops, sizes=sizes, backends=backends, time=a.time, min_iters=a.min_iters,
-               max_iters=a.max_iters, ddp=a.ddp, ddp_steps=a.ddp_steps, timeout=a.timeout, live=live)
+               max_iters=a.max_iters, ddp=a.ddp, ddp_steps=a.ddp_steps, zero=a.zero, zero_steps=a.zero_steps,
+               timeout=a.timeout, live=live)
 
     from ._launch import launch
 
@@ -431,9 +440,11 @@ def main(argv=None) -> int:
     result = {"ranks": a.ranks, "backends": backends, "rows": out["rows"]}
     if a.ddp:
         result["ddp"] = out["ddp"]
+    if a.zero:
+        result["zero"] = out["zero"]
     if live:
         print()
-        if a.ddp:
+        if a.ddp or a.zero:
             print_tables({**result, "rows": []})
     else:
         print_tables(result)
@@ -443,7 +454,7 @@ def main(argv=None) -> int:
             json.dump(result, f, indent=1)
     if a.plot:
         plot(result, a.plot)
-    return 0 if all(r["check"] == "ok" for r in result["rows"]) else 1
+    return 0 if all(r["check"] == "ok" for r in result["rows"] + result.get("zero", [])) else 1
 
 
 if __name__ == "__main__":

@@ -79,3 +79,17 @@ def test_deepspeed_peer_missing_is_a_usage_error(tmp_path):
     r, res = _bench(tmp_path, "--backends", "shoal,deepspeed", "-b", "8", "-e", "8", env=env)
     assert r.returncode == 2 and res is None
     assert "pip install deepspeed" in r.stderr and "no DeepSpeed in this test" in r.stderr
+
+
+def test_zero_steps(tmp_path):
+    """--zero: ZeroRedundancyOptimizer steps on each backend; parameters checked against plain SGD."""
+    r, res = _bench(tmp_path, "--backends", "shoal,gloo", "-n", "3", "-b", "4K", "-e", "4K", "--zero",
+                    "--zero-steps", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "# ZeRO step" in r.stdout
+    assert [z["model"] for z in res["zero"]] == ["digits MLP", "wide MLP", "400 small"]
+    for z in res["zero"]:
+        assert z["check"] == "ok", z
+        assert z["shoal_ms"] > 0 and z["gloo_ms"] > 0 and z["compute_ms"] > 0
+        assert z["ratio"] == z["gloo_ms"] / z["shoal_ms"]
+    assert res["zero"][2]["tensors"] == 400
