@@ -12,6 +12,7 @@ from shoal.ray import profile as prof  # noqa: E402
 WORLD, TRIALS, WARMUP = 3, 3, 1
 ROWS = ["p2p gloo", "p2p shoal", "allreduce gloo", "allreduce shoal ring", "allreduce shoal bde",
         "allreduce shoal mst", "allreduce shoal auto"]
+GET_ROWS = ["ray.get no-op", "ray.get allreduce gloo", "ray.get allreduce shoal"]
 
 
 def test_parse_count():
@@ -47,12 +48,26 @@ def test_profile_small(ray_local, tmp_path, capsys):
     for row in ROWS:
         assert sum(1 for line in text.splitlines() if line.startswith(row + " ")) == 2, row
     assert "target: allreduce shoal auto at 16 KiB" in text
+    assert "target: ray.get allreduce shoal at 16 KiB" in text
+    assert text.count("timed in the driver, one ray.get of every actor's call per trial, no barrier") == 2
 
     res = json.loads(out.read_text())
     assert res["world"] == WORLD and res["trials"] == TRIALS and res["warmup"] == WARMUP
     assert res["transports_rank0"] == ["shm"]
-    assert [r["row"] for r in res["rows"]] == ROWS * 2
+    assert [r["row"] for r in res["rows"]] == (ROWS + GET_ROWS) * 2
+    per_get = [r for r in res["rows"] if r["row"] in GET_ROWS]
+    for r in per_get:
+        # One checked call of every actor after the timed ones (none for the no-op).
+        assert r["checked"] == (0 if r["row"] == "ray.get no-op" else WORLD), r
+        assert 0 < r["min_us"] <= r["time_us"] <= r["max_us"]
+        noop = next(x for x in per_get if x["count"] == r["count"] and x["row"] == "ray.get no-op")
+        assert r["x_noop"] == pytest.approx(r["time_us"] / noop["time_us"], rel=1e-2)
+        if r["row"] == "ray.get allreduce shoal":
+            gloo = next(x for x in per_get if x["count"] == r["count"] and x["row"] == "ray.get allreduce gloo")
+            assert r["speedup_vs_gloo"] == pytest.approx(gloo["time_us"] / r["time_us"], rel=1e-2)
     for r in res["rows"]:
+        if r in per_get:
+            continue
         # Every call (warm-up included) was compared with numpy: on every rank for allreduce,
         # on the receiving rank for p2p.
         assert r["batch"] == 2

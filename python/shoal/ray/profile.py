@@ -28,6 +28,18 @@ involved); the JSON also has the means. ``--verify-algos`` attaches gdb to rank 
 and shows which ``shoal::algo::allreduce_*`` function each shoal row runs. algbw = bytes / time; busbw = algbw·2(p−1)/p for allreduce, algbw for
 p2p. "x gloo" is GLOO's time over the row's time for the same op and size (> 1: faster).
 
+Then, per size, rows timed as the driver of a Ray program sees them (Ray's allreduce-profiling
+notebook times them so): no barrier, one ``ray.get`` of every actor's call per trial, the wall
+time of that ``ray.get`` in the driver, so that the ranks enter the op as Ray delivers the calls,
+spread in time, with Ray's own threads on the same cores:
+
+    ray.get no-op              every actor's call does nothing: Ray's own cost of one round
+    ray.get allreduce gloo     every actor's call is one ``col.allreduce`` (a zero buffer while
+    ray.get allreduce shoal    timed: repeated sums stay exact), then one checked call
+
+Their time is the median over the trials of the ``ray.get``'s wall time (also min and max);
+"x no-op" is the row's time over the no-op row's.
+
 Sizes are counts of float32 elements; ``K`` and ``M`` suffixes are binary (1K = 1024).
 """
 
@@ -46,6 +58,8 @@ ALGOS = ["ring", "bde", "mst", "auto"]
 SMALL_BYTES = 64 << 10          # the issue's "small tensors": ≤ 64 KiB
 TARGET_LARGE = 5.0              # shoal's allreduce vs GLOO at --size
 TARGET_SMALL = 20.0             # ... and at every size ≤ SMALL_BYTES
+TARGET_RAY_GET_LARGE = 5.0      # per ray.get of every actor's call: shoal vs GLOO at --size
+TARGET_RAY_GET_NOOP = 1.5       # ... and at 64 KiB, time over a no-op call on every actor (at most)
 P2P_SRC, P2P_DST = 0, 1
 _UNITS = {"": 1, "K": 1 << 10, "KI": 1 << 10, "M": 1 << 20, "MI": 1 << 20, "G": 1 << 30, "GI": 1 << 30}
 
@@ -140,6 +154,25 @@ class ProfileWorker:
         for name in names:
             if col.is_group_initialized(name):
                 col.destroy_collective_group(name)
+
+    def call_once(self, kind: str, group: str, count: int, check: bool = False) -> bool:
+        """One call of the per-ray.get rows: nothing ("noop"), or one allreduce on `group` of a
+        zero buffer (checked: of this rank's input, compared with the reference)."""
+        import numpy as np
+        import ray.util.collective as col
+
+        if kind == "noop":
+            return True
+        key = ("zeros", count)
+        if key not in self._cache:
+            self._cache[key] = np.zeros(count, dtype=np.float32)
+        buf = self._cache[key]
+        if not check:
+            col.allreduce(buf, group)
+            return True
+        mine = self._data(count).copy()
+        col.allreduce(mine, group)
+        return bool(np.array_equal(mine, self._expected("allreduce", count)))
 
     def _data(self, count: int):
         key = ("in", count)
@@ -244,6 +277,42 @@ def _stats(per_rank: List[Dict[str, Any]]) -> Dict[str, Any]:
     }
 
 
+def per_ray_get_rows(actors, names: Dict[str, str], count: int, trials: int, warmup: int,
+                     timeout_s: float) -> List[Dict[str, Any]]:
+    """The rows timed by the driver, one ``ray.get`` of every actor's call per trial, no barrier."""
+    import ray
+
+    world = len(actors)
+    rows: List[Dict[str, Any]] = []
+    for name, kind, group in (("ray.get no-op", "noop", ""), ("ray.get allreduce gloo", "allreduce", names["gloo"]),
+                              ("ray.get allreduce shoal", "allreduce", names["auto"])):
+        times = []
+        for t in range(warmup + trials):
+            t0 = time.perf_counter()
+            ray.get([a.call_once.remote(kind, group, count) for a in actors], timeout=timeout_s)
+            if t >= warmup:
+                times.append(time.perf_counter() - t0)
+        ok = ray.get([a.call_once.remote(kind, group, count, True) for a in actors], timeout=timeout_s)
+        if not all(ok):
+            raise AssertionError(f"shoal.ray.profile: WRONG RESULT: {name}, {count} elements, ranks "
+                                 f"{[r for r, x in enumerate(ok) if not x]}")
+        t = statistics.median(times)
+        nbytes = 4 * count
+        algbw = nbytes / t / 1e9 if kind != "noop" else None
+        rows.append({"count": count, "bytes": nbytes, "batch": 1, "row": name, "op": f"ray.get {kind}",
+                     "backend": "gloo" if "gloo" in name else "shoal" if "shoal" in name else "-", "algo": "auto",
+                     "time_us": round(t * 1e6, 2), "mean_us": round(statistics.fmean(times) * 1e6, 2),
+                     "min_us": round(min(times) * 1e6, 2), "max_us": round(max(times) * 1e6, 2),
+                     "algbw_GBps": _sig(algbw) if algbw else None,
+                     "busbw_GBps": _sig(algbw * 2 * (world - 1) / world) if algbw else None,
+                     "checked": world if kind != "noop" else 0, "ranks_checked": list(range(world)) if kind != "noop" else []})
+    noop, gloo = rows[0]["time_us"], rows[1]["time_us"]
+    for r in rows:
+        r["speedup_vs_gloo"] = round(gloo / r["time_us"], 3) if r["op"] == "ray.get allreduce" else None
+        r["x_noop"] = round(r["time_us"] / noop, 3)
+    return rows
+
+
 def _rows_for(names: Dict[str, str]) -> List[Dict[str, str]]:
     rows = [
         {"row": "p2p gloo", "op": "p2p", "backend": "gloo", "algo": "-", "group": names["gloo"]},
@@ -317,6 +386,7 @@ def profile(world: int = 8, sizes: Optional[List[int]] = None, trials: int = 20,
                        "checked": st["checked"], "ranks_checked": st["ranks_checked"],
                        "per_rank_median_us": st["per_rank_median_us"]}
                 result["rows"].append(row)
+            result["rows"] += per_ray_get_rows(actors, names, count, trials, warmup, timeout_s)
         result["targets"] = targets(result, sizes[0])
         if verify:
             v, gdb = verify_algorithms(actors, names, min(sizes), timeout_s=min(timeout_s, 300.0))
@@ -425,6 +495,14 @@ def targets(result: Dict[str, Any], main_count: int) -> List[Dict[str, Any]]:
     """The issue's targets, for the automatic choice: ≥5× GLOO at the main size, ≥20× ≤ 64 KiB."""
     out = []
     for r in result["rows"]:
+        if r["row"] == "ray.get allreduce shoal":
+            if r["count"] == main_count:
+                out.append({"row": r["row"], "count": r["count"], "bytes": r["bytes"], "need": TARGET_RAY_GET_LARGE,
+                            "got": r["speedup_vs_gloo"], "met": r["speedup_vs_gloo"] >= TARGET_RAY_GET_LARGE})
+            elif r["bytes"] == SMALL_BYTES:
+                out.append({"row": r["row"], "count": r["count"], "bytes": r["bytes"], "need_x_noop": TARGET_RAY_GET_NOOP,
+                            "got_x_noop": r["x_noop"], "met": r["x_noop"] <= TARGET_RAY_GET_NOOP})
+            continue
         if r["row"] != "allreduce shoal auto":
             continue
         if r["bytes"] <= SMALL_BYTES:
@@ -433,7 +511,7 @@ def targets(result: Dict[str, Any], main_count: int) -> List[Dict[str, Any]]:
             need = TARGET_LARGE
         else:
             continue
-        out.append({"count": r["count"], "bytes": r["bytes"], "need": need, "got": r["speedup_vs_gloo"],
+        out.append({"row": r["row"], "count": r["count"], "bytes": r["bytes"], "need": need, "got": r["speedup_vs_gloo"],
                     "met": r["speedup_vs_gloo"] is not None and r["speedup_vs_gloo"] >= need})
     return out
 
@@ -444,15 +522,24 @@ def format_table(result: Dict[str, Any]) -> str:
              f"{','.join(result.get('transports_rank0', [])) or '?'}",
              f"time = {result['time']}; busbw = algbw*2(p-1)/p (allreduce), algbw (p2p); "
              f"x gloo = gloo time / row time; check = calls x ranks compared with numpy, all exact"]
-    hdr = f"{'row':<22}{'time us':>12}{'mean us':>12}{'algbw GB/s':>12}{'busbw GB/s':>12}{'x gloo':>9}{'check':>8}"
+    hdr = f"{'row':<24}{'time us':>12}{'mean us':>12}{'algbw GB/s':>12}{'busbw GB/s':>12}{'x gloo':>9}{'check':>8}"
+    hdr_get = f"{'row':<24}{'time us':>12}{'min us':>12}{'max us':>12}{'x no-op':>12}{'x gloo':>9}{'check':>8}"
     last = None
     for r in result["rows"]:
-        if r["count"] != last:
-            last = r["count"]
-            lines += ["", f"size {r['count']} elements ({fmt_bytes(r['bytes'])}), {r['batch']} call(s) per trial", hdr]
+        per_get = r["op"].startswith("ray.get")
+        if (r["count"], per_get) != last:
+            last = (r["count"], per_get)
+            what = ("timed in the driver, one ray.get of every actor's call per trial, no barrier" if per_get
+                    else f"{r['batch']} call(s) per trial")
+            lines += ["", f"size {r['count']} elements ({fmt_bytes(r['bytes'])}), {what}", hdr_get if per_get else hdr]
         x = "-" if r["speedup_vs_gloo"] is None or r["backend"] == "gloo" else f"{r['speedup_vs_gloo']:.2f}"
-        lines.append(f"{r['row']:<22}{r['time_us']:>12.1f}{r['mean_us']:>12.1f}{r['algbw_GBps']:>12.3f}"
-                     f"{r['busbw_GBps']:>12.3f}{x:>9}{'ok ' + str(r['checked']):>8}")
+        check = "ok " + str(r["checked"]) if r["checked"] else "-"
+        if per_get:
+            lines.append(f"{r['row']:<24}{r['time_us']:>12.1f}{r['min_us']:>12.1f}{r['max_us']:>12.1f}"
+                         f"{r['x_noop']:>12.2f}{x:>9}{check:>8}")
+        else:
+            lines.append(f"{r['row']:<24}{r['time_us']:>12.1f}{r['mean_us']:>12.1f}{r['algbw_GBps']:>12.3f}"
+                         f"{r['busbw_GBps']:>12.3f}{x:>9}{check:>8}")
     v = result.get("algorithms_run")
     if v:
         lines.append("")
@@ -465,8 +552,12 @@ def format_table(result: Dict[str, Any]) -> str:
     if tg:
         lines.append("")
         for t in tg:
-            lines.append(f"target: allreduce shoal auto at {fmt_bytes(t['bytes'])}: >= {t['need']:g}x gloo, "
-                         f"got {t['got']:.2f}x: {'met' if t['met'] else 'NOT MET'}")
+            if "need_x_noop" in t:
+                lines.append(f"target: {t['row']} at {fmt_bytes(t['bytes'])}: <= {t['need_x_noop']:g}x a no-op call, "
+                             f"got {t['got_x_noop']:.2f}x: {'met' if t['met'] else 'NOT MET'}")
+            else:
+                lines.append(f"target: {t['row']} at {fmt_bytes(t['bytes'])}: >= {t['need']:g}x gloo, "
+                             f"got {t['got']:.2f}x: {'met' if t['met'] else 'NOT MET'}")
     return "\n".join(lines)
 
 
