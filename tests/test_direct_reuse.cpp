@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "algo/direct_common.h"
 #include "harness.h"
 
 using namespace shoal;
@@ -59,7 +60,8 @@ TEST_P(DirectReuse, OutOfStepRanksNeverReadAnOverwrittenSlot) {
 TEST_P(DirectReuse, EveryOpWithOddAndEvenChunkCounts) {
   const int n = GetParam();
   RunConfig cfg = transport_config("shm");
-  cfg.env.push_back({"SHOAL_SHM_SCRATCH", std::to_string(256 << 10)});  // 128 KiB slots
+  // Two data slots of 128 KiB after the header and the small slots.
+  cfg.env.push_back({"SHOAL_SHM_SCRATCH", std::to_string((256 << 10) + algo::direct::kHeaderBytes + algo::direct::kSmallArea)});
   run_ranks(n, cfg, [](Communicator& c) {
     std::mt19937 rng(99 + c.rank());
     const int p = c.size(), me = c.rank();

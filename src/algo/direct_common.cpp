@@ -17,7 +17,7 @@ void begin(Ctx& c, uint64_t sig) {
   if (g.scratch_bytes() < kHeaderBytes + kSmallArea + 2 * 64 * static_cast<size_t>(c.size) + 64)
     throw Error(std::string(c.what) + ": the shared-memory scratch area (" + std::to_string(g.scratch_bytes()) +
                 " bytes) is too small for the direct algorithms");
-  const Small sm = small_begin(c, sig);
+  const Small sm = small_begin(c, sig, 0);
   small_publish(c, sm);
   small_done(c, sm);
   uint64_t* h = header(g, c.rank);

@@ -6,7 +6,8 @@
 //                       number (published); words 3 and 4 = its count of all direct ops and the
 //                       least `done` it knows of its peers (private); word 8 = `done`, the last
 //                       direct op whose small slots it has finished reading (published; own line)
-//   [.., + kSmallArea)  small slots: kSmallSlots of kSmallSlotBytes (direct_small.cpp)
+//   [.., + kSmallArea)  small slots (direct_small.cpp): kSmallSlots heads of one line each, then
+//                       kSmallSlots data areas of kSmallBytes
 //   [.., end)           data: two slots of slot_bytes() each, used alternately by chunk
 //
 // Mismatch check. Direct algorithms move no framed messages, so the framing cannot catch ranks
@@ -34,11 +35,20 @@ namespace shoal::algo::direct {
 
 inline constexpr size_t kHeaderBytes = 128;
 // Small ops (direct_small.cpp): each direct op, numbered n from 1 by every rank, has slot n %
-// kSmallSlots of every rank: a line holding its number and token, then up to kSmallBytes of data.
-inline constexpr int kSmallSlots = 4;
+// kSmallSlots of every rank: a head line holding its number and token and, up to
+// kSmallInlineBytes, its data (the data rides with the flag: one line moves to each reader, as in
+// Open MPI's fast boxes); larger data, up to kSmallBytes, goes in one of kSmallDataSlots data
+// areas (op n: area n % kSmallDataSlots). The heads are contiguous (one page per rank), and the
+// data areas few, so that cycling through them stays in the caches and the TLB. A rank that waits
+// for no one (a broadcast's or scatter's root, a reduce's or gather's leaves) runs up to
+// kSmallSlots - 1 ops ahead of the slowest peer with inline data, kSmallDataSlots - 1 with more:
+// with ranks outnumbering cores, a rank then does many ops per turn on its core instead of one
+// (BENCHMARKS.md, "Small rooted ops"). 132 KiB per rank.
+inline constexpr int kSmallSlots = 64;
+inline constexpr int kSmallDataSlots = 16;
 inline constexpr size_t kSmallBytes = 8192;
-inline constexpr size_t kSmallSlotBytes = 64 + kSmallBytes;
-inline constexpr size_t kSmallArea = kSmallSlots * kSmallSlotBytes;
+inline constexpr size_t kSmallInlineBytes = 48;
+inline constexpr size_t kSmallArea = kSmallSlots * size_t(64) + kSmallDataSlots * kSmallBytes;
 // Per-rank bytes one pipeline chunk moves through scratch: the whole group touches about
 // 2·p·chunk bytes of scratch per phase, kept under kWorkingSetBytes so it stays in L3.
 inline constexpr size_t kWorkingSetBytes = size_t(16) << 20;
@@ -101,14 +111,16 @@ struct Small {
   uint64_t n;    // this op's number among the direct ops
   uint64_t tok;  // its token: the op's signature mixed with n
 };
-// Takes the next op number and waits until its slot is free here. Throws like a wait.
-Small small_begin(Ctx& c, uint64_t sig);
-// This rank's slot for op `s`: write the data there before small_publish.
-uint8_t* small_data(Ctx& c, const Small& s);
+// Takes the next op number and waits until its slot is free here for writing `bytes` (its head,
+// and its data area when they do not fit inline). Throws like a wait.
+Small small_begin(Ctx& c, uint64_t sig, size_t bytes);
+// Where this rank writes the `bytes` of op `s`, before small_publish.
+uint8_t* small_data(Ctx& c, const Small& s, size_t bytes);
 // Publishes the own slot's number and token (after its data).
 void small_publish(Ctx& c, const Small& s);
-// Waits until rank j has published op `s` (PeerError if it published another call); returns its data.
-const uint8_t* small_wait(Ctx& c, int j, const Small& s);
+// Waits until rank j has published op `s` (PeerError if it published another call); returns its
+// data, of which j wrote `bytes` (every reader knows how much: the op's arguments say).
+const uint8_t* small_wait(Ctx& c, int j, const Small& s, size_t bytes);
 void small_wait_all(Ctx& c, const Small& s);  // every other rank
 // This rank reads no more of the peers' slots for op `s`.
 void small_done(Ctx& c, const Small& s);

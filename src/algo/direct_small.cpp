@@ -27,19 +27,24 @@ namespace {
 
 constexpr int kQuickPolls = 32;  // polls of a slot before the engine's wait (clock, peers, sleep)
 
-struct SlotHead {
+struct alignas(64) SlotHead {
   std::atomic<uint64_t> n;  // the op whose data the slot holds (published last)
   uint64_t tok;
+  uint8_t data[kSmallInlineBytes];  // the op's data when it fits
 };
+static_assert(sizeof(SlotHead) == 64);
 
 uint64_t* header(ShmGroup& g, int r) { return reinterpret_cast<uint64_t*>(g.scratch(r)); }
 std::atomic<uint64_t>& done_word(ShmGroup& g, int r) {
   return *reinterpret_cast<std::atomic<uint64_t>*>(header(g, r) + 8);
 }
-uint8_t* small_slot(ShmGroup& g, int r, uint64_t n) {
-  return g.scratch(r) + kHeaderBytes + (n % kSmallSlots) * kSmallSlotBytes;
+SlotHead& head(ShmGroup& g, int r, uint64_t n) {
+  return reinterpret_cast<SlotHead*>(g.scratch(r) + kHeaderBytes)[n % kSmallSlots];
 }
-SlotHead& head(ShmGroup& g, int r, uint64_t n) { return *reinterpret_cast<SlotHead*>(small_slot(g, r, n)); }
+uint8_t* slot_data(ShmGroup& g, int r, uint64_t n, size_t bytes) {
+  if (bytes <= kSmallInlineBytes) return head(g, r, n).data;
+  return g.scratch(r) + kHeaderBytes + kSmallSlots * sizeof(SlotHead) + (n % kSmallDataSlots) * kSmallBytes;
+}
 
 // Wakes the peers that sleep (an awake peer costs a load of a line it rarely writes).
 void ring_peers(Ctx& c) { c.shm()->ring_peers(); }
@@ -57,15 +62,16 @@ void wait_for(Ctx& c, F cond, int peer) {
 
 }  // namespace
 
-Small small_begin(Ctx& c, uint64_t sig) {
+Small small_begin(Ctx& c, uint64_t sig, size_t bytes) {
   ShmGroup& g = *c.shm();
   if (g.scratch_bytes() < kHeaderBytes + kSmallArea)
     throw Error(std::string(c.what) + ": the shared-memory scratch area (" + std::to_string(g.scratch_bytes()) +
                 " bytes) is too small for the direct algorithms");
   uint64_t* h = header(g, c.rank);
   const uint64_t n = ++h[3];  // words 3 and 4 are private to this rank
-  if (n > kSmallSlots && h[4] < n - kSmallSlots) {
-    const uint64_t need = n - kSmallSlots;  // every peer done with the op that used this slot last
+  const uint64_t depth = bytes <= kSmallInlineBytes ? kSmallSlots : kSmallDataSlots;
+  if (n > depth && h[4] < n - depth) {
+    const uint64_t need = n - depth;  // every peer done with the op that used this slot last
     auto least_done = [&] {
       uint64_t m = UINT64_MAX;
       for (int j = 0; j < c.size; ++j)
@@ -83,7 +89,7 @@ Small small_begin(Ctx& c, uint64_t sig) {
   return Small{n, t.value()};
 }
 
-uint8_t* small_data(Ctx& c, const Small& s) { return small_slot(*c.shm(), c.rank, s.n) + 64; }
+uint8_t* small_data(Ctx& c, const Small& s, size_t bytes) { return slot_data(*c.shm(), c.rank, s.n, bytes); }
 
 void small_publish(Ctx& c, const Small& s) {
   SlotHead& hd = head(*c.shm(), c.rank, s.n);
@@ -92,7 +98,7 @@ void small_publish(Ctx& c, const Small& s) {
   ring_peers(c);
 }
 
-const uint8_t* small_wait(Ctx& c, int j, const Small& s) {
+const uint8_t* small_wait(Ctx& c, int j, const Small& s, size_t bytes) {
   ShmGroup& g = *c.shm();
   SlotHead& hd = head(g, j, s.n);
   wait_for(c, [&] { return hd.n.load(std::memory_order_acquire) >= s.n; }, j);
@@ -101,12 +107,12 @@ const uint8_t* small_wait(Ctx& c, int j, const Small& s) {
                     " is running a different call than this rank (rank " + std::to_string(c.rank) +
                     ") over shared memory: the ranks called mismatched ops (op, count, dtype, root or "
                     "algorithm differ)");
-  return small_slot(g, j, s.n) + 64;
+  return slot_data(g, j, s.n, bytes);
 }
 
 void small_wait_all(Ctx& c, const Small& s) {
   for (int j = 0; j < c.size; ++j)
-    if (j != c.rank) small_wait(c, j, s);
+    if (j != c.rank) small_wait(c, j, s, 0);
 }
 
 void small_done(Ctx& c, const Small& s) {
@@ -119,12 +125,12 @@ void small_done(Ctx& c, const Small& s) {
 void allreduce_small(Ctx& c, const void* in, void* out, size_t count, int root, uint64_t sig) {
   const int p = c.size, r = c.rank;
   const size_t n = count * c.esize;
-  const Small s = small_begin(c, sig);
-  copy_bytes(small_data(c, s), in, n);
+  const Small s = small_begin(c, sig, n);
+  copy_bytes(small_data(c, s, n), in, n);
   small_publish(c, s);
   if (root < 0 || r == root) {
     std::vector<const void*> srcs(p);
-    for (int j = 0; j < p; ++j) srcs[j] = j == r ? in : small_wait(c, j, s);
+    for (int j = 0; j < p; ++j) srcs[j] = j == r ? in : small_wait(c, j, s, n);
     if (count) reduce_many(out, srcs.data(), p, count, c.dt, c.op);
   }
   small_done(c, s);
@@ -132,32 +138,33 @@ void allreduce_small(Ctx& c, const void* in, void* out, size_t count, int root, 
 
 void broadcast_small(Ctx& c, void* buf, size_t count, int root, uint64_t sig) {
   const size_t n = count * c.esize;
-  const Small s = small_begin(c, sig);
-  if (c.rank == root) copy_bytes(small_data(c, s), buf, n);
+  const Small s = small_begin(c, sig, c.rank == root ? n : 0);
+  if (c.rank == root) copy_bytes(small_data(c, s, n), buf, n);
   small_publish(c, s);
-  if (c.rank != root) copy_bytes(buf, small_wait(c, root, s), n);
+  if (c.rank != root) copy_bytes(buf, small_wait(c, root, s, n), n);
   small_done(c, s);
 }
 
 void gather_small(Ctx& c, const void* in, void* out, const Blocks& b, int root, uint64_t sig) {
   const int p = c.size, r = c.rank;
-  const Small s = small_begin(c, sig);
-  copy_bytes(small_data(c, s), in, b.len[r]);
+  const Small s = small_begin(c, sig, b.len[r]);
+  copy_bytes(small_data(c, s, b.len[r]), in, b.len[r]);
   small_publish(c, s);
   if (root < 0 || r == root) {
     copy_bytes(u8(out) + b.off[r], in, b.len[r]);
     for (int j = 0; j < p; ++j)
-      if (j != r) copy_bytes(u8(out) + b.off[j], small_wait(c, j, s), b.len[j]);
+      if (j != r) copy_bytes(u8(out) + b.off[j], small_wait(c, j, s, b.len[j]), b.len[j]);
   }
   small_done(c, s);
 }
 
 void scatter_small(Ctx& c, const void* in, void* out, size_t count, int root, uint64_t sig) {
   const size_t bs = count * c.esize;
-  const Small s = small_begin(c, sig);
-  if (c.rank == root) copy_bytes(small_data(c, s), in, bs * static_cast<size_t>(c.size));
+  const size_t all = bs * static_cast<size_t>(c.size);
+  const Small s = small_begin(c, sig, c.rank == root ? all : 0);
+  if (c.rank == root) copy_bytes(small_data(c, s, all), in, all);
   small_publish(c, s);
-  const uint8_t* from = c.rank == root ? u8(in) : small_wait(c, root, s);
+  const uint8_t* from = c.rank == root ? u8(in) : small_wait(c, root, s, all);
   copy_bytes(out, from + static_cast<size_t>(c.rank) * bs, bs);
   small_done(c, s);
 }
@@ -165,17 +172,18 @@ void scatter_small(Ctx& c, const void* in, void* out, size_t count, int root, ui
 void reduce_scatter_small(Ctx& c, const void* in, void* out, size_t count, uint64_t sig) {
   const int p = c.size, r = c.rank;
   const size_t bs = count * c.esize;
-  const Small s = small_begin(c, sig);
-  copy_bytes(small_data(c, s), in, bs * static_cast<size_t>(p));
+  const size_t all = bs * static_cast<size_t>(p);
+  const Small s = small_begin(c, sig, all);
+  copy_bytes(small_data(c, s, all), in, all);
   small_publish(c, s);
   std::vector<const void*> srcs(p);
-  for (int j = 0; j < p; ++j) srcs[j] = (j == r ? u8(in) : small_wait(c, j, s)) + static_cast<size_t>(r) * bs;
+  for (int j = 0; j < p; ++j) srcs[j] = (j == r ? u8(in) : small_wait(c, j, s, all)) + static_cast<size_t>(r) * bs;
   if (count) reduce_many(out, srcs.data(), p, count, c.dt, c.op);
   small_done(c, s);
 }
 
 void barrier_small(Ctx& c, uint64_t sig) {
-  const Small s = small_begin(c, sig);
+  const Small s = small_begin(c, sig, 0);
   small_publish(c, s);
   small_wait_all(c, s);
   small_done(c, s);

@@ -279,14 +279,22 @@ void Communicator::Impl::kick() {
 }
 
 void Communicator::Impl::run_claimed(const Work* w) {
-  bool claimed = false;
+  // This thread claims the engine and takes the first op in one critical section (the common
+  // case: `w` alone in the queue, a small collective whose fixed costs matter).
+  bool found = false;
+  Op op;
   {
     std::lock_guard<std::mutex> lk(mu);
     if (!running && !stop && npending.load() == 0 &&
-        std::any_of(queue.begin(), queue.end(), [w](const Op& o) { return o.work.get() == w; }))
-      running = claimed = true;
+        std::any_of(queue.begin(), queue.end(), [w](const Op& o) { return o.work.get() == w; })) {
+      running = true;
+      op = std::move(queue.front());
+      queue.pop_front();
+      queued.fetch_sub(1);
+      if (op.work.get() == w) found = true, eager = false;  // this caller waits at once
+    }
   }
-  if (!claimed) {  // another thread runs ops, or p2p ops are in flight: the progress thread's
+  if (!op.work) {  // another thread runs ops, or p2p ops are in flight: the progress thread's
     kick();
     return;
   }
@@ -294,24 +302,30 @@ void Communicator::Impl::run_claimed(const Work* w) {
   // and including `w`, in order, and the p2p ops right after it (a send waited for before the
   // receive posted after it must not keep that receive from its peer); then it progresses the
   // p2p ops until `w` completes.
-  bool found = false;
   for (;;) {
-    Op op;
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      if (queue.empty() || stop || (found && queue.front().collective())) break;
-      op = std::move(queue.front());
-      queue.pop_front();
-      queued.fetch_sub(1);
-      if (op.work.get() == w) found = true, eager = false;  // this caller waits at once
-    }
     run_one(op);
+    op = Op{};
+    std::lock_guard<std::mutex> lk(mu);
+    if (queue.empty() || stop || (found && queue.front().collective())) break;
+    op = std::move(queue.front());
+    queue.pop_front();
+    queued.fetch_sub(1);
+    if (op.work.get() == w) found = true, eager = false;
   }
   auto in_flight = [&] {
     for (auto& p : pending)
       if (p.work.get() == w) return true;
     return false;
   };
+  if (pending.empty()) {  // only collectives ran: nothing to progress or finish
+    std::lock_guard<std::mutex> lk(mu);
+    running = false;
+    if (!queue.empty() || stop || engine->aborted()) {
+      cv.notify_all();  // the progress thread takes over what is left
+      engine->wake();
+    }
+    return;
+  }
   try {
     // Every p2p op that completes meanwhile is finished at once (another thread may wait for it,
     // and its peer for what that thread does next). A collective still queued behind `w` may be
