@@ -124,7 +124,7 @@ std::vector<Algo> algos_of(Kind k, Where w) {
     case Kind::gather:
     case Kind::scatter: v = {Algo::mst, Algo::linear, Algo::direct}; break;
     case Kind::alltoall:
-    case Kind::alltoallv: v = {Algo::ring}; break;
+    case Kind::alltoallv: v = {Algo::ring, Algo::direct}; break;
     default: break;  // sendrecv, barrier: no algorithm option
   }
   if (w != Where::shm) v.erase(std::remove(v.begin(), v.end(), Algo::direct), v.end());

@@ -70,7 +70,7 @@ TEST_P(DirectReuse, EveryOpWithOddAndEvenChunkCounts) {
     for (int iter = 0; iter < 120; ++iter) {
       const size_t count = counts[(iter / 5) % 4];
       if (rng() % 3 == 0) usleep(rng() % 200);
-      const int kind = iter % 5, root = iter % p;
+      const int kind = iter % 6, root = iter % p;
       auto val = [&](int r, size_t i) { return static_cast<float>((r + 1) * (iter % 13 + 1) + static_cast<int>(i % 5)); };
       if (kind == 0) {  // broadcast
         in.assign(count, 0);
@@ -102,6 +102,16 @@ TEST_P(DirectReuse, EveryOpWithOddAndEvenChunkCounts) {
         for (size_t i = 0; i < count * p; ++i) in[i] = val(root, i);
         c.scatter(in.data(), out.data(), count, DType::f32, root, {Algo::direct})->wait();
         for (size_t i = 0; i < count; ++i) SH_CHECK(out[i] == val(root, me * count + i)) << "scatter iter " << iter << " i " << i;
+      } else if (kind == 5) {  // alltoall, in place every other time
+        in.resize(count * p);
+        for (int j = 0; j < p; ++j)
+          for (size_t i = 0; i < count; ++i) in[j * count + i] = val(me, j * 7 + i);
+        out.assign(count * p, -1);
+        float* dst = iter % 12 == 5 ? in.data() : out.data();
+        c.alltoall(in.data(), dst, count, DType::f32, {Algo::direct})->wait();
+        for (int r = 0; r < p; ++r)
+          for (size_t i = 0; i < count; ++i)
+            SH_CHECK(dst[r * count + i] == val(r, me * 7 + i)) << "alltoall iter " << iter << " block " << r << " i " << i;
       } else {  // allreduce
         in.resize(count);
         out.assign(count, -1);

@@ -313,6 +313,15 @@ bool mm_reduce_root(Communicator& c, bool odd, size_t count) {
   return c.rank() != root;  // a rank that only sends its part may finish
 }
 
+bool mm_alltoall_count(Communicator& c, bool odd, size_t count) {
+  const size_t n = static_cast<size_t>(c.size()), k = odd ? count - 3 : count;
+  std::vector<float> a(count * n, 1.0f), b(count * n, 0.0f);
+  c.alltoall(a.data(), b.data(), k, DType::f32)->wait();
+  return false;
+}
+// 15 elements per block: the small direct alltoall over shared memory.
+bool mm_alltoall_count_small(Communicator& c, bool odd, size_t count) { return mm_alltoall_count(c, odd, count / 64); }
+
 constexpr Mismatch kMismatches[] = {
     {"allreduce_count", false, false, mm_allreduce_count},
     {"allreduce_count_large", true, false, mm_allreduce_count},
@@ -330,6 +339,9 @@ constexpr Mismatch kMismatches[] = {
     {"allreduce_vs_barrier", false, false, mm_allreduce_vs_barrier},
     {"allgatherv_counts", false, false, mm_allgatherv_counts},
     {"allreduce_small_vs_chunked", false, true, mm_allreduce_small_vs_chunked},
+    {"alltoall_count", false, false, mm_alltoall_count},
+    {"alltoall_count_small", false, false, mm_alltoall_count_small},
+    {"alltoall_count_large", true, false, mm_alltoall_count},
 };
 
 class Mismatched : public ::testing::TestWithParam<std::tuple<std::string, int>> {};

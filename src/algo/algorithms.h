@@ -35,6 +35,8 @@ void gather(Ctx& c, Algo a, const void* in, void* out, size_t count, int root);
 void scatter(Ctx& c, Algo a, const void* in, void* out, size_t count, int root);
 void alltoallv(Ctx& c, Algo a, const void* in, const std::vector<size_t>& send_counts, void* out,
                const std::vector<size_t>& recv_counts);
+// alltoall with equal blocks of `count` elements: direct (direct_alltoall.cpp) or alltoallv's.
+void alltoall(Ctx& c, Algo a, const void* in, void* out, size_t count);
 void barrier(Ctx& c, Algo a);
 
 }  // namespace shoal

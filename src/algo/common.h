@@ -173,5 +173,6 @@ void allgatherv_direct(Ctx& c, const void* in, void* out, const std::vector<size
 void gather_direct(Ctx& c, const void* in, void* out, size_t count, int root);
 void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count);
 void barrier_direct(Ctx& c);
+void alltoall_direct(Ctx& c, const void* in, void* out, size_t count);  // equal blocks
 
 }  // namespace shoal::algo

@@ -132,6 +132,7 @@ void broadcast_small(Ctx& c, void* buf, size_t count, int root, uint64_t sig);
 void gather_small(Ctx& c, const void* in, void* out, const Blocks& b, int root, uint64_t sig);
 void scatter_small(Ctx& c, const void* in, void* out, size_t count, int root, uint64_t sig);
 void reduce_scatter_small(Ctx& c, const void* in, void* out, size_t count, uint64_t sig);
+void alltoall_small(Ctx& c, const void* in, void* out, size_t count, uint64_t sig);
 void barrier_small(Ctx& c, uint64_t sig);
 // Target bytes per rank per chunk: kWorkingSetBytes / (2p), clamped to [kMinChunkBytes,
 // kMaxChunkBytes] and to the slot.

@@ -182,6 +182,19 @@ void reduce_scatter_small(Ctx& c, const void* in, void* out, size_t count, uint6
   small_done(c, s);
 }
 
+void alltoall_small(Ctx& c, const void* in, void* out, size_t count, uint64_t sig) {
+  const int p = c.size, r = c.rank;
+  const size_t bs = count * c.esize;
+  const size_t all = bs * static_cast<size_t>(p);
+  const Small s = small_begin(c, sig, all);
+  copy_bytes(small_data(c, s, all), in, all);  // before out is written: in may be out
+  small_publish(c, s);
+  if (in != out) copy_bytes(u8(out) + static_cast<size_t>(r) * bs, u8(in) + static_cast<size_t>(r) * bs, bs);
+  for (int j = 0; j < p; ++j)
+    if (j != r) copy_bytes(u8(out) + static_cast<size_t>(j) * bs, small_wait(c, j, s, all) + static_cast<size_t>(r) * bs, bs);
+  small_done(c, s);
+}
+
 void barrier_small(Ctx& c, uint64_t sig) {
   const Small s = small_begin(c, sig, 0);
   small_publish(c, s);

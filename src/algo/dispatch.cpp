@@ -130,8 +130,23 @@ void alltoallv(Ctx& c, Algo a, const void* in, const std::vector<size_t>& send_c
   a = resolve(c, OpKind::alltoallv, a, std::max(sent, got) * c.esize);
   if (c.size == 1) return copy_bytes(out, in, send_counts[0] * c.esize);
   switch (a) {
-    case Algo::ring: alltoallv_pairwise(c, in, send_counts, out, recv_counts); break;
+    case Algo::ring:
+    case Algo::direct:  // with unequal counts, the pairwise exchange over shared memory
+      alltoallv_pairwise(c, in, send_counts, out, recv_counts);
+      break;
     default: unreachable(OpKind::alltoallv, a);
+  }
+  c.wait_all();
+}
+
+void alltoall(Ctx& c, Algo a, const void* in, void* out, size_t count) {
+  a = resolve(c, OpKind::alltoallv, a, count * c.esize * c.size);
+  if (c.size == 1) return copy_bytes(out, in, count * c.esize);
+  if (a == Algo::direct) {
+    alltoall_direct(c, in, out, count);
+  } else {
+    const std::vector<size_t> counts(c.size, count);
+    alltoallv(c, a, in, counts, out, counts);
   }
   c.wait_all();
 }

@@ -41,7 +41,7 @@ bool has(OpKind k, Algo a) {
     case OpKind::reduce_scatter: return a == Algo::ring || a == Algo::rd || a == Algo::direct;
     case OpKind::gather:
     case OpKind::scatter: return a == Algo::mst || a == Algo::linear || a == Algo::direct;
-    case OpKind::alltoallv: return a == Algo::ring;
+    case OpKind::alltoallv: return a == Algo::ring || a == Algo::direct;
     case OpKind::barrier: return a == Algo::rd || a == Algo::direct;
   }
   return false;
@@ -121,7 +121,7 @@ Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo)
     case OpKind::scatter:
       if (shm_all) return Algo::direct;
       return bytes < kGatherLinearFrom ? Algo::mst : Algo::linear;
-    case OpKind::alltoallv: return Algo::ring;
+    case OpKind::alltoallv: return shm_all ? Algo::direct : Algo::ring;
     case OpKind::barrier: return shm_all ? Algo::direct : Algo::rd;
   }
   return Algo::ring;

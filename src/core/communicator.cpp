@@ -676,8 +676,17 @@ WorkPtr Communicator::scatter(const void* in, void* out, size_t count, DType dt,
 }
 
 WorkPtr Communicator::alltoall(const void* in, void* out, size_t count, DType dt, CallOptions o) {
-  std::vector<size_t> counts(impl_->size, count);
-  return alltoallv(in, counts, out, counts, dt, o);
+  auto& m = *impl_;
+  if (count > SIZE_MAX / static_cast<size_t>(m.size))
+    throw InvalidArgument("alltoall: count " + std::to_string(count) + " is too large");
+  const size_t total = count * static_cast<size_t>(m.size);
+  size_t bytes = Impl::bytes_of(total, dt, "alltoall");
+  Impl::check_buf(in, total, "alltoall", "input");
+  Impl::check_buf(out, total, "alltoall", "output");
+  Algo a = m.pick(OpKind::alltoallv, o.algo, bytes);
+  // `extra` 1 tells this equal-blocks form from alltoallv in the signature.
+  return m.collective(OpKind::alltoallv, dt, ReduceOp::sum, count, -1, a, 1,
+                      [=](Ctx& c) { shoal::alltoall(c, a, in, out, count); });
 }
 
 WorkPtr Communicator::alltoallv(const void* in, const std::vector<size_t>& send_counts, void* out,

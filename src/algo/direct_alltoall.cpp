@@ -1,0 +1,67 @@
+// Direct shared-memory alltoall with equal blocks (single host; alltoallv keeps the pairwise
+// exchange: ranks with different counts could not agree on the small path without asking).
+//
+// Cost: (N + 1)·α + 2·n·β per rank (α = one barrier, n = bytes each rank sends, N = ⌈block /
+// piece⌉): each rank copies its whole send buffer into its scratch once, and copies its own block
+// out of every peer's scratch. Up to kSmallBytes per rank it runs as a small op (no barrier: every
+// rank publishes its p blocks in its slot and reads its block from each peer's slot). Above, the
+// pairwise exchange over the shm rings also copies twice, but pays a frame, a doorbell and a
+// flow-control round trip per step and peer; here a phase costs one barrier for all peers.
+//
+// Pipeline: phase m copies piece m of each of its p blocks into slot m % 2 (piece j of the slot
+// holds block j's), and piece m-1 of its own block out of every peer's slot; barriers between
+// phases, end() as the other chunked direct ops (direct_common.h).
+#include <cstring>
+
+#include "algo/direct_common.h"
+#include "reduce/copy.h"
+
+namespace shoal::algo {
+
+using namespace direct;
+
+namespace {
+constexpr size_t kMinPhases = 4;
+}  // namespace
+
+void alltoall_direct(Ctx& c, const void* in, void* out, size_t count) {
+  const int p = c.size, r = c.rank;
+  const size_t bs = count * c.esize, all = bs * static_cast<size_t>(p);
+  Sig sig(OpKind::alltoallv, c);
+  sig.add(count).add(1);  // 1: the equal-blocks form
+  if (small_fits(all)) return alltoall_small(c, in, out, count, sig.value());
+  ShmGroup& g = *c.shm();
+  const uint8_t* src = u8(in);
+  if (overlaps(in, all, out, all)) {  // out's blocks are written while in's are still copied in
+    uint8_t* t = c.scratch(all, 0);
+    std::memcpy(t, in, all);
+    src = t;
+  }
+  begin(c, sig.value());
+  // A piece per block and phase: the slot holds p of them; and at least kMinPhases phases once
+  // pieces can be kMinChunkBytes, so that copies in and out of different ranks overlap.
+  size_t piece_bytes = std::min(chunk_target(g, p) / static_cast<size_t>(p), std::max(kMinChunkBytes, bs / kMinPhases));
+  piece_bytes = std::max(c.esize, piece_bytes / c.esize * c.esize);
+  const size_t nchunks = std::max<size_t>(1, (bs + piece_bytes - 1) / piece_bytes);
+  auto piece = [&](size_t m) { return std::min(piece_bytes, bs - std::min(bs, m * piece_bytes)); };
+  auto copy_out = all >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
+  copy_bytes(u8(out) + r * bs, src + r * bs, bs);
+  for (size_t ph = 0; ph <= nchunks; ++ph) {
+    if (ph < nchunks) {
+      uint8_t* mine = slot(g, r, slot_of(c, ph));
+      for (int j = 0; j < p; ++j)
+        if (j != r) copy_bytes(mine + j * piece_bytes, src + j * bs + ph * piece_bytes, piece(ph));
+    }
+    if (ph >= 1) {
+      const size_t m = ph - 1;
+      for (int j = 0; j < p; ++j)
+        if (j != r) copy_out(u8(out) + j * bs + m * piece_bytes, slot(g, j, slot_of(c, m)) + r * piece_bytes, piece(m));
+    }
+    if (ph == nchunks) break;
+    g.barrier();
+    if (ph == 0) check(c);
+  }
+  end(c, nchunks);
+}
+
+}  // namespace shoal::algo
