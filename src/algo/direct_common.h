@@ -7,7 +7,7 @@
 //                       least `done` it knows of its peers (private); word 8 = `done`, the last
 //                       direct op whose small slots it has finished reading (published; own line)
 //   [.., + kSmallArea)  small slots (direct_small.cpp): kSmallSlots heads of one line each, then
-//                       kSmallSlots data areas of kSmallBytes
+//                       kSmallDataSlots data areas of kSmallBytes
 //   [.., end)           data: two slots of slot_bytes() each, used alternately by chunk
 //
 // Mismatch check. Direct algorithms move no framed messages, so the framing cannot catch ranks

@@ -1,14 +1,15 @@
 // Direct shared-memory ops for small messages (single host): no barrier.
 //
 // Cost of an allreduce of n ≤ kSmallBytes: α' + n·β + (p-1)·n·β + (p-1)·n·γ, where α' is one
-// cache line from each peer (its slot's number, the data in the lines right after it) instead of
+// cache line from each peer (its slot's head: the number and, up to 48 B, the data) instead of
 // a barrier's round trips between every pair of ranks. Each rank
 // copies its input into its own slot, reads every peer's slot when its number is there, and
 // reduces all p in rank order. A barrier costs a round trip between every pair of ranks and, when
 // ranks outnumber cores, a turn on a core for every rank before any leaves; here a rank waits only
 // for the data it reads, and a rank that reads nothing (a broadcast's root, the non-root ranks of
-// a reduce or gather) leaves at once. Slots rotate (kSmallSlots), so ranks may drift up to
-// kSmallSlots - 1 ops apart; a rank reuses a slot once every peer has said it is done with the op
+// a reduce or gather) leaves at once. Slots rotate (kSmallSlots heads, kSmallDataSlots data areas:
+// direct_common.h), so ranks may drift up to kSmallSlots - 1 ops apart (kSmallDataSlots - 1 for an
+// op whose data is not inline); a rank reuses a slot once every peer has said it is done with the op
 // that used it (`done`, read from the peers only when the last value seen is too old).
 //
 // Mismatched calls: every direct op writes its number and token in its slot (chunked ones too,
