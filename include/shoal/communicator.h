@@ -109,6 +109,9 @@ class Communicator {
   // in (size*count) is read at root only.
   WorkPtr scatter(const void* in, void* out, size_t count, DType dt, int root, CallOptions o = {});
   // in and out hold size*count elements; block j of in goes to rank j, block i of out came from rank i.
+  // alltoall and alltoallv are different collectives, as MPI_Alltoall and MPI_Alltoallv: every rank
+  // of one exchange calls the same one (over shared memory they run different algorithms, and a
+  // rank in the other one is waited for until the timeout).
   WorkPtr alltoall(const void* in, void* out, size_t count, DType dt, CallOptions o = {});
   // send_counts[j] elements go to rank j, recv_counts[i] come from rank i; blocks packed in rank order.
   WorkPtr alltoallv(const void* in, const std::vector<size_t>& send_counts, void* out,

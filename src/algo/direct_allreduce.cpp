@@ -36,6 +36,8 @@ namespace {
 
 using namespace direct;
 
+constexpr size_t kMinChunks = 4;
+
 void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  // root < 0: allreduce
   ShmGroup& g = *c.shm();
   const int p = c.size, r = c.rank;
@@ -64,7 +66,10 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   const size_t pz = static_cast<size_t>(p);
   const size_t max_el = sb / es * pz / (pz + 1);
   size_t unit = pz * (64 / es);
-  size_t ce = std::min(chunk_target(g, p) / es, max_el) / unit * unit;
+  // At least kMinChunks chunks once chunks can be kMinChunkBytes: a rank's copy-in, reduce and
+  // copy-out of one chunk then stay in its own cache, and ranks' phases overlap.
+  const size_t target = std::min(chunk_target(g, p), std::max(kMinChunkBytes * pz, n / kMinChunks));
+  size_t ce = std::min(target / es, max_el) / unit * unit;
   if (ce == 0) {
     unit = pz;
     ce = max_el / unit * unit;

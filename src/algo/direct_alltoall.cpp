@@ -22,6 +22,7 @@ using namespace direct;
 
 namespace {
 constexpr size_t kMinPhases = 4;
+constexpr size_t kMinPieceBytes = size_t(16) << 10;  // 16 MiB scratch: up to 16 ranks
 }  // namespace
 
 void alltoall_direct(Ctx& c, const void* in, void* out, size_t count) {
@@ -31,6 +32,12 @@ void alltoall_direct(Ctx& c, const void* in, void* out, size_t count) {
   sig.add(count).add(1);  // 1: the equal-blocks form
   if (small_fits(all)) return alltoall_small(c, in, out, count, sig.value());
   ShmGroup& g = *c.shm();
+  // With many ranks a slot holds only small pieces of each block, and each phase costs a barrier
+  // among them all: the pairwise exchange (p-1 steps, no barrier) is the better one there.
+  if (chunk_target(g, p) / static_cast<size_t>(p) < kMinPieceBytes) {
+    const std::vector<size_t> counts(p, count);
+    return alltoallv_pairwise(c, in, counts, out, counts);
+  }
   const uint8_t* src = u8(in);
   if (overlaps(in, all, out, all)) {  // out's blocks are written while in's are still copied in
     uint8_t* t = c.scratch(all, 0);
