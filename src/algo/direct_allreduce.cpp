@@ -36,8 +36,6 @@ namespace {
 
 using namespace direct;
 
-constexpr size_t kMinChunks = 4;
-
 void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  // root < 0: allreduce
   ShmGroup& g = *c.shm();
   const int p = c.size, r = c.rank;
@@ -66,9 +64,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   const size_t pz = static_cast<size_t>(p);
   const size_t max_el = sb / es * pz / (pz + 1);
   size_t unit = pz * (64 / es);
-  // At least kMinChunks chunks once chunks can be kMinChunkBytes: a rank's copy-in, reduce and
-  // copy-out of one chunk then stay in its own cache, and ranks' phases overlap.
-  const size_t target = std::min(chunk_target(g, p), std::max(kMinChunkBytes * pz, n / kMinChunks));
+  const size_t target = pipelined(chunk_target(g, p), n, kMinChunkBytes * pz);  // slices of 64 KiB at least
   size_t ce = std::min(target / es, max_el) / unit * unit;
   if (ce == 0) {
     unit = pz;

@@ -21,7 +21,6 @@ namespace shoal::algo {
 using namespace direct;
 
 namespace {
-constexpr size_t kMinPhases = 4;
 constexpr size_t kMinPieceBytes = size_t(16) << 10;  // 16 MiB scratch: up to 16 ranks
 }  // namespace
 
@@ -45,9 +44,8 @@ void alltoall_direct(Ctx& c, const void* in, void* out, size_t count) {
     src = t;
   }
   begin(c, sig.value());
-  // A piece per block and phase: the slot holds p of them; and at least kMinPhases phases once
-  // pieces can be kMinChunkBytes, so that copies in and out of different ranks overlap.
-  size_t piece_bytes = std::min(chunk_target(g, p) / static_cast<size_t>(p), std::max(kMinChunkBytes, bs / kMinPhases));
+  // A piece per block and phase: the slot holds p of them.
+  size_t piece_bytes = pipelined(chunk_target(g, p) / static_cast<size_t>(p), bs);
   piece_bytes = std::max(c.esize, piece_bytes / c.esize * c.esize);
   const size_t nchunks = std::max<size_t>(1, (bs + piece_bytes - 1) / piece_bytes);
   auto piece = [&](size_t m) { return std::min(piece_bytes, bs - std::min(bs, m * piece_bytes)); };

@@ -137,5 +137,13 @@ void barrier_small(Ctx& c, uint64_t sig);
 // Target bytes per rank per chunk: kWorkingSetBytes / (2p), clamped to [kMinChunkBytes,
 // kMaxChunkBytes] and to the slot.
 size_t chunk_target(ShmGroup& g, int p);
+// `chunk` for moving `bytes`, made smaller where that gives at least kMinChunks chunks of at least
+// `least`: a rank's copy in and copy out of one chunk then stay in its cache, and the ranks'
+// phases overlap; one or two chunks run copy-in, reduce and copy-out one after the other
+// (BENCHMARKS.md, "Direct allreduce: at least 4 chunks").
+inline constexpr size_t kMinChunks = 4;
+inline size_t pipelined(size_t chunk, size_t bytes, size_t least = kMinChunkBytes) {
+  return std::min(chunk, std::max(least, bytes / kMinChunks));
+}
 
 }  // namespace shoal::algo::direct
