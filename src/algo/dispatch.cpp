@@ -146,7 +146,7 @@ void alltoall(Ctx& c, Algo a, const void* in, void* out, size_t count) {
     alltoall_direct(c, in, out, count);
   } else {
     const std::vector<size_t> counts(c.size, count);
-    alltoallv(c, a, in, counts, out, counts);
+    alltoallv_pairwise(c, in, counts, out, counts);
   }
   c.wait_all();
 }

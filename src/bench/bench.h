@@ -135,9 +135,11 @@ struct Floors {
 Floors measure_floors();  // takes ~2 s; run by the launcher before it starts the ranks
 std::string floors_env(const Floors& f);  // "SHOAL_BENCH_FLOORS=..." for the ranks
 std::optional<Floors> floors_from_env();
-// The memory floor of one op of `bytes` (the row's size) on p ranks, in µs: 2·p·n/B for allreduce
-// (every input read, every output written); NaN for the other ops.
-double memory_floor_us(Op op, size_t bytes, int p, const Floors& f);
+// A time of `us` over the memory floor of one op of `bytes` (the row's size) on p ranks: 2·p·n/B for
+// allreduce (every input read, every output written), NaN for the other ops; and over the
+// cache-line round trip (NaN where it was not measured).
+double over_memory_floor(double us, Op op, size_t bytes, int p, const Floors& f);
+double over_round_trip(double us, const Floors& f);
 
 // Launcher side: forks/execs this binary `cfg.ranks` times and waits. Returns the exit status.
 int launch(const Config& cfg, const char* self);

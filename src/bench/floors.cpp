@@ -30,10 +30,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
+std::vector<int> cpus_in(const cpu_set_t& set) {
   std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &set)) cpus.push_back(c);
   return cpus;
@@ -112,13 +110,13 @@ double cacheline_round_trip_ns(int cpu_a, int cpu_b) {
 
 Floors measure_floors() {
   Floors f;
-  const std::vector<int> cpus = allowed_cpus();
-  cpu_set_t saved;
+  cpu_set_t saved;  // the cores allowed, restored at the end: the ranks inherit the launcher's
   const bool have_saved = sched_getaffinity(0, sizeof saved, &saved) == 0;
+  const std::vector<int> cpus = have_saved ? cpus_in(saved) : std::vector<int>{};
   f.bw_threads = std::max<int>(1, static_cast<int>(cpus.size()));
   f.bw_bytes_per_s = copy_bandwidth(f.bw_threads);
   if (cpus.size() >= 2) f.rtt_ns = cacheline_round_trip_ns(cpus[0], cpus[1]);
-  if (have_saved) sched_setaffinity(0, sizeof saved, &saved);  // the ranks inherit the launcher's
+  if (have_saved) sched_setaffinity(0, sizeof saved, &saved);
   return f;
 }
 
@@ -128,10 +126,12 @@ std::string floors_env(const Floors& f) {
   return buf;
 }
 
-double memory_floor_us(Op op, size_t bytes, int p, const Floors& f) {
+double over_memory_floor(double us, Op op, size_t bytes, int p, const Floors& f) {
   if (op != Op::allreduce || f.bw_bytes_per_s <= 0) return NAN;
-  return 2.0 * p * static_cast<double>(bytes) / f.bw_bytes_per_s * 1e6;
+  return us / (2.0 * p * static_cast<double>(bytes) / f.bw_bytes_per_s * 1e6);
 }
+
+double over_round_trip(double us, const Floors& f) { return f.rtt_ns > 0 ? us * 1e3 / f.rtt_ns : NAN; }
 
 std::optional<Floors> floors_from_env() {
   const char* s = std::getenv("SHOAL_BENCH_FLOORS");

@@ -273,25 +273,15 @@ class Printer {
     }
     if (floors_) {
       std::printf(" |");
-      for (double x : {over_memory_floor(r), over_round_trip(r)}) {
+      const Result& s = r.res[0];
+      const double us = s.ran && s.error.empty() ? s.us : NAN;
+      for (double x : {over_memory_floor(us, cfg_.op, r.bytes, p_, *floors_), over_round_trip(us, *floors_)}) {
         if (std::isfinite(x)) std::printf(" %8.2f", x);
         else std::printf(" %8s", "-");
       }
     }
     std::printf("%s\n", notes.c_str());
     std::fflush(stdout);
-  }
-
-  // shoal's time over the memory floor and over the cache-line round trip; NaN where undefined.
-  double over_memory_floor(const Row& r) const {
-    const Result& s = r.res[0];
-    if (!floors_ || !s.ran || !s.error.empty()) return NAN;
-    return s.us / memory_floor_us(cfg_.op, r.bytes, p_, *floors_);
-  }
-  double over_round_trip(const Row& r) const {
-    const Result& s = r.res[0];
-    if (!floors_ || floors_->rtt_ns <= 0 || !s.ran || !s.error.empty()) return NAN;
-    return s.us * 1e3 / floors_->rtt_ns;
   }
 
   // peer time / shoal time, NaN where either did not run cleanly.
@@ -391,8 +381,9 @@ void write_json(const Config& cfg, int p, const std::string& transport_used, con
       f << ", \"" << n << "_us\": " << (good ? json_num(res.us) : "null");
       if (b == 0) f << ", \"shoal_algbw\": " << json_num(ab);
       if (b == 0 && floors) {
-        f << ", \"shoal_over_mem_floor\": " << json_num(good ? res.us / memory_floor_us(cfg.op, r.bytes, p, *floors) : NAN);
-        f << ", \"shoal_over_rtt\": " << json_num(good && floors->rtt_ns > 0 ? res.us * 1e3 / floors->rtt_ns : NAN);
+        const double us = good ? res.us : NAN;
+        f << ", \"shoal_over_mem_floor\": " << json_num(over_memory_floor(us, cfg.op, r.bytes, p, *floors));
+        f << ", \"shoal_over_rtt\": " << json_num(over_round_trip(us, *floors));
       }
       f << ", \"" << n << "_busbw\": " << json_num(ab * factor);
       if (!res.error.empty()) f << ", \"" << n << "_error\": \"" << json_escape(res.error) << "\"";

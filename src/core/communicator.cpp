@@ -312,43 +312,37 @@ void Communicator::Impl::run_claimed(const Work* w) {
     queued.fetch_sub(1);
     if (op.work.get() == w) found = true, eager = false;
   }
-  auto in_flight = [&] {
-    for (auto& p : pending)
-      if (p.work.get() == w) return true;
-    return false;
-  };
-  if (pending.empty()) {  // only collectives ran: nothing to progress or finish
-    std::lock_guard<std::mutex> lk(mu);
-    running = false;
-    if (!queue.empty() || stop || engine->aborted()) {
-      cv.notify_all();  // the progress thread takes over what is left
-      engine->wake();
-    }
-    return;
-  }
-  try {
-    // Every p2p op that completes meanwhile is finished at once (another thread may wait for it,
-    // and its peer for what that thread does next). A collective still queued behind `w` may be
-    // what `w` needs (its peer posts the matching op after it): after kInlineP2PFor the progress
-    // thread, which runs the queue, takes over; and at once when the communicator is destroyed.
-    const auto give_up = Clock::now() + kInlineP2PFor;
-    auto hand_over = [&] {
-      if (queued.load() > 0 && Clock::now() > give_up) return true;
-      std::lock_guard<std::mutex> lk(mu);
-      return stop;
-    };
-    auto any_complete = [&] {
+  // Only collectives ran (nothing pending): nothing to progress or finish, and no clock to read.
+  if (!pending.empty()) {
+    auto in_flight = [&] {
       for (auto& p : pending)
-        if (p.req.complete) return true;
+        if (p.work.get() == w) return true;
       return false;
     };
-    while (found && in_flight() && !hand_over()) {
-      progress_p2p([&] { return any_complete() || hand_over(); });
+    try {
+      // Every p2p op that completes meanwhile is finished at once (another thread may wait for it,
+      // and its peer for what that thread does next). A collective still queued behind `w` may be
+      // what `w` needs (its peer posts the matching op after it): after kInlineP2PFor the progress
+      // thread, which runs the queue, takes over; and at once when the communicator is destroyed.
+      const auto give_up = Clock::now() + kInlineP2PFor;
+      auto hand_over = [&] {
+        if (queued.load() > 0 && Clock::now() > give_up) return true;
+        std::lock_guard<std::mutex> lk(mu);
+        return stop;
+      };
+      auto any_complete = [&] {
+        for (auto& p : pending)
+          if (p.req.complete) return true;
+        return false;
+      };
+      while (found && in_flight() && !hand_over()) {
+        progress_p2p([&] { return any_complete() || hand_over(); });
+        sweep_p2p();
+      }
       sweep_p2p();
+    } catch (...) {
+      fail_all(std::current_exception());
     }
-    sweep_p2p();
-  } catch (...) {
-    fail_all(std::current_exception());
   }
   // Handing back under the lock: once `running` is false the destructor may free this.
   std::lock_guard<std::mutex> lk(mu);
