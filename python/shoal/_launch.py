@@ -1,5 +1,5 @@
-"""Start N local ranks (spawned processes, env:// rendezvous on 127.0.0.1) and collect what each
-answers. The one way this package and its tests start Python ranks: ``python -m shoal.bench`` and
+"""Start N local ranks (fresh processes, forked from a server that has imported torch; env://
+rendezvous on 127.0.0.1) and collect what each answers. The one way this package and its tests start Python ranks: ``python -m shoal.bench`` and
 ``python -m shoal.demo`` call `launch`; the pytest harness (``tests/python/harness.py``) calls
 `launch` for one-shot ranks and builds its pool of long-lived ranks on `Ranks`. No process group
 is created here: the rank code does that itself (MASTER_ADDR/PORT, RANK, WORLD_SIZE are set).
@@ -52,7 +52,24 @@ def answer(conn, fn, *args) -> bool:
     return reply[0] == "ok"
 
 
-def _main(serve, rank, world_size, port, conn, args):
+# Ranks are forked from a server process that has imported these once (multiprocessing's
+# forkserver), rather than spawned: a spawned rank imports torch again, seconds of CPU each, and
+# with ranks outnumbering cores that was most of the time of a short job (and of the test suite).
+# The server forks before anything runs a torch op, so no thread pool is copied.
+PRELOAD = ["torch", "torch.distributed"]
+
+
+def _context():
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)  # no effect once the server runs; it is started once
+    return ctx
+
+
+def _main(serve, rank, world_size, port, conn, env, args):
+    # The server's environment is the one it started with: take the parent's, as a spawned
+    # process would.
+    os.environ.clear()
+    os.environ.update(env)
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size)
     )
@@ -64,7 +81,7 @@ def _once(conn, rank, world_size, fn, *args):
 
 
 class Ranks:
-    """`world_size` spawned processes, each running ``serve(conn, rank, world_size, *args)`` with
+    """`world_size` fresh processes, each running ``serve(conn, rank, world_size, *args)`` with
     the rendezvous environment set and `conn` its end of a pipe to the parent. `serve` must be
     importable (module level); it answers with `answer` as often as the protocol it speaks wants,
     and should return when `conn` reaches EOF (`close` closes the parent's ends)."""
@@ -72,13 +89,14 @@ class Ranks:
     def __init__(self, serve, world_size: int, *args):
         self.world_size = world_size
         self.failed = False
-        ctx = mp.get_context("spawn")
+        ctx = _context()
         port = free_port()
+        env = dict(os.environ)
         self.conns, self.procs = [], []
         try:
             for rank in range(world_size):
                 parent, child = ctx.Pipe()
-                p = ctx.Process(target=_main, args=(serve, rank, world_size, port, child, args), daemon=True)
+                p = ctx.Process(target=_main, args=(serve, rank, world_size, port, child, env, args), daemon=True)
                 p.start()
                 child.close()
                 self.conns.append(parent)
