@@ -18,7 +18,7 @@ import ray.util.collective as col  # noqa: E402
 # Actor classes defined here travel by value (the workers cannot import this test module).
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-WORLD_SIZES = [1, 3, 4, 8, 2]  # 2 last: the tests below reuse its actors
+WORLD_SIZES = [1, 3, 4, 8, 2]  # 2 last: the tests below use the group of 2
 # Group names may hold any characters.
 GROUP = "shoal tests/ü:1*?"
 DTYPES = ["uint8", "float16", "float32", "float64", "int32", "int64"]
@@ -162,28 +162,37 @@ def expected(world, i, kind, dtype, n, op):
     return [None] * world
 
 
-_pools: dict = {}
+_pool: list = []  # up to 8 actors, kept for the module: starting an actor (it imports torch) is the slow part
+_formed = [0]     # GROUP is formed among the first _formed[0] of them
 
 
 def pool(ray_local, world):
-    """`world` actors with the group GROUP initialised (worker-managed), kept for the module."""
-    if world not in _pools:
-        for w in list(_pools):  # one pool at a time: the machine has 2 cores
-            for a in _pools.pop(w):
-                ray.kill(a)
-        actors = [Rank.remote() for _ in range(world)]
-        got = ray.get([a.init.remote(world, r, GROUP) for r, a in enumerate(actors)])
+    """The first `world` actors of the module's pool, with the group GROUP (worker-managed) formed
+    among exactly them: a new world size destroys GROUP and forms it again, on the same actors."""
+    if _formed[0] != world:
+        ray.get([a.destroy.remote(GROUP) for a in _pool[:_formed[0]]])
+        _formed[0] = 0
+        _pool.extend(Rank.remote() for _ in range(world - len(_pool)))
+        got = ray.get([a.init.remote(world, r, GROUP) for r, a in enumerate(_pool[:world])])
         assert got == [(r, world) for r in range(world)]
-        _pools[world] = actors
-    return _pools[world]
+        _formed[0] = world
+    return _pool[:world]
+
+
+def spare(k):
+    """k actors of the pool outside GROUP's 2 ranks (made if needed), for a test's own groups,
+    each of which it names apart."""
+    _pool.extend(Rank.remote() for _ in range(2 + k - len(_pool)))
+    return _pool[2 : 2 + k]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _cleanup():
     yield
-    for w in list(_pools):
-        for a in _pools.pop(w):
-            ray.kill(a)
+    for a in _pool:
+        ray.kill(a)
+    _pool.clear()
+    _formed[0] = 0
 
 
 def check(actors, cases, use_torch=False):
@@ -256,7 +265,7 @@ def test_bad_input_is_refused_clearly(ray_local):
     """Each refusal names the problem on the refusing rank; the first one aborts the group, so a
     peer already waiting in the op fails at once naming it (not after the 300 s timeout); the
     group can then be made again."""
-    actors = [Rank.remote() for _ in range(2)]
+    actors = spare(2)
     ray.get([a.init.remote(2, r, "refusals") for r, a in enumerate(actors)])
 
     def bad_calls():
@@ -291,8 +300,6 @@ def test_bad_input_is_refused_clearly(ray_local):
 
     got = ray.get([a.call.remote(regroup, r, "refusals", "refusals", 5) for r, a in enumerate(actors)], timeout=120)
     assert got == [[3.0] * 5] * 2
-    for a in actors:
-        ray.kill(a)
 
 
 def test_read_only_numpy_arrays(ray_local):
@@ -363,7 +370,7 @@ def test_read_only_numpy_arrays(ray_local):
 
 def test_mismatched_calls_fail_on_every_rank(ray_local):
     """Different sizes on two ranks: an error on both, never a wrong result or a hang."""
-    actors = [Rank.remote() for _ in range(2)]
+    actors = spare(2)
     ray.get([a.init.remote(2, r, "mismatch") for r, a in enumerate(actors)])
 
     def mismatched(n):
@@ -375,12 +382,10 @@ def test_mismatched_calls_fail_on_every_rank(ray_local):
 
     got = ray.get([a.call.remote(mismatched, n) for a, n in zip(actors, [10, 12])], timeout=120)
     assert all(g != "no error" for g in got), got
-    for a in actors:
-        ray.kill(a)
 
 
 def test_several_groups_destroy_and_create_again(ray_local):
-    actors = [Rank.remote() for _ in range(3)]
+    actors = spare(3)
     # two groups in the same actors, different rank orders
     ray.get([a.init.remote(3, r, "first") for r, a in enumerate(actors)])
     ray.get([a.init.remote(3, 2 - r, "second") for r, a in enumerate(actors)])
@@ -400,20 +405,16 @@ def test_several_groups_destroy_and_create_again(ray_local):
         want = reference([make_input(r, 0, "float32", 1000) for r in ranks], "SUM")
         for g in got:
             assert close(g[0], want, "float32")
-    for a in actors:
-        ray.kill(a)
 
 
 def test_driver_managed_group(ray_local):
     """create_collective_group in the driver; the group forms on the first collective."""
-    actors = [Rank.remote() for _ in range(3)]
+    actors = spare(3)
     col.create_collective_group(actors, 3, [2, 0, 1], backend="shoal", group_name="driver managed")
     got = ray.get([a.run.remote("driver managed", [("allreduce", "int64", 33, "SUM")]) for a in actors])
     want = reference([make_input(r, 0, "int64", 33) for r in range(3)], "SUM")
     for g in got:
         np.testing.assert_array_equal(g[0], want)
-    for a in actors:
-        ray.kill(a)
     ray.kill(ray.get_actor("info_driver managed"))
 
 
