@@ -9,6 +9,10 @@
 # One line per (round, op, size, build): shoal's time (µs), the peer's time (µs), peer/shoal, and,
 # where `perf` is installed (Debian's linux-perf), the context switches of the whole run.
 # BENCH_RANKS (default 4) sets the ranks, BENCH_PEER (default gloo; or ompi) the peer.
+# BENCH_OLD_ENV and BENCH_NEW_ENV (VAR=VALUE ...) set the environment of each side: to compare two
+# settings of one build, pass the same bench twice, e.g.
+#   BENCH_OLD_ENV=SHOAL_CMA=0 BENCH_NEW_ENV=SHOAL_CMA=1 scripts/bench_ab.sh build/shoal-bench build/shoal-bench gather 16M
+# Odd rounds run old first, even rounds new first: the first of a pair can run on a colder machine.
 set -euo pipefail
 [ $# -ge 4 ] || { sed -n '2,10p' "$0"; exit 2; }
 old=$1 new=$2 ops=$3 sizes=$4
@@ -25,10 +29,13 @@ echo "# round op size build shoal_us ${peer}_us ${peer}/shoal context_switches (
 for ((round = 1; round <= rounds; round++)); do
   for op in $ops; do
     for size in $sizes; do
-      for which in old new; do
-        bench=$old
-        [ "$which" = new ] && bench=$new
-        cmd=("$bench" "$op" -n "$ranks" -b "$size" -e "$size" --vs "$peer" "$@")
+      order="old new"
+      [ $((round % 2)) = 0 ] && order="new old"
+      for which in $order; do
+        bench=$old side_env=${BENCH_OLD_ENV:-}
+        [ "$which" = new ] && bench=$new side_env=${BENCH_NEW_ENV:-}
+        # shellcheck disable=SC2206  # VAR=VALUE words, split on purpose
+        cmd=(env $side_env "$bench" "$op" -n "$ranks" -b "$size" -e "$size" --vs "$peer" "$@")
         if [ $perf_ok = 1 ]; then
           out=$(perf stat -x, -e context-switches -- "${cmd[@]}" 2>&1)
         else

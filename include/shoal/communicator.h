@@ -47,8 +47,12 @@ struct Options {
   // (16 KiB to a peer on another host, no limit to one on this host; src/transport/tcp_link.h
   // says why), 0 = no limit (the kernel's default). A value set applies to every peer.
   int tcp_notsent_lowat = -1;
-  // Reads SHOAL_TRANSPORT, SHOAL_TIMEOUT (seconds), SHOAL_TCP_STREAMS, SHOAL_TCP_NOTSENT_LOWAT
-  // into a copy of `base`.
+  // Ranks on one host copy between each other's buffers with one copy (Linux cross-memory
+  // attach, process_vm_readv/writev) where the kernel permits it; false (SHOAL_CMA=0) keeps every
+  // transfer on two copies through shared memory.
+  bool single_copy = true;
+  // Reads SHOAL_TRANSPORT, SHOAL_TIMEOUT (seconds), SHOAL_TCP_STREAMS, SHOAL_TCP_NOTSENT_LOWAT,
+  // SHOAL_CMA (0 or 1) into a copy of `base`.
   static Options from_env(Options base);
 };
 
@@ -76,6 +80,9 @@ class Communicator {
   const Options& options() const;
   // Transport used for `peer` ("self", "shm" or "tcp"), as the handshake decided.
   std::string transport_to(int peer) const;
+  // Whether the ranks may copy between each other's buffers with one copy (Options::single_copy,
+  // and the kernel permitted it between every pair when the group formed); the same on every rank.
+  bool single_copy() const;
   // The algorithm `op` ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
   // "gather", "scatter", "alltoall", "barrier") runs for a message of `bytes` (as choose_algo counts
   // them: docs/algorithms.md), given `o` and SHOAL_ALGO: what the automatic choice picks here.

@@ -6,7 +6,9 @@
 // owners' scratch. Over shm rings the ring allgather copies every block twice per hop and needs
 // p-1 rounds of doorbells; chosen whenever every rank shares this host.
 //
-// Gather: the same with only the root copying out: (N + 1)·α + (p-1)/p·n·β at the root.
+// Gather: the same with only the root copying out: (N + 1)·α + (p-1)/p·n·β at the root. With
+// single copy (direct_common.h) from kSingleCopyBytes received: 2·α + n/p·β' (β' = a
+// process_vm_writev per byte), every rank writing its block into the root's output at once.
 //
 // Pipeline: piece m (bytes [m·chunk, (m+1)·chunk) of each block) goes through slot m % 2 of its
 // owner; phase m (between barriers m and m+1) copies piece m of the own block in and piece m-1
@@ -26,10 +28,27 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
   if (small_fits(b.max_len())) return gather_small(c, in, out, b, root, sig);
   ShmGroup& g = *c.shm();
   const int p = c.size, r = c.rank;
+  // gather: each rank writes its block into the root's out (the p-1 copies run in parallel, where
+  // the root reading them would make them one after the other).
+  if (root >= 0 && use_single_copy(c, b.total() - b.max_len())) {
+    uint8_t* own = u8(out) + b.off[r];
+    const void* mine = in;
+    if (r == root && in != own && overlaps(in, b.len[r], out, b.total())) {  // the writers would overwrite it
+      uint8_t* t = c.scratch(b.len[r]);
+      copy_bytes(t, in, b.len[r]);
+      mine = t;
+    }
+    begin_single(c, sig, r == root ? out : nullptr);
+    g.barrier();
+    check(c);
+    if (r != root) g.write(root, in, const_cast<uint8_t*>(peer_buffer(c, root)) + b.off[r], b.len[r]);
+    if (r == root && mine != own) copy_bytes(own, mine, b.len[r]);
+    return end_single(c);
+  }
   begin(c, sig);
+  const bool writes_out = root < 0 || r == root;
   const size_t cb = chunk_target(g, p) / c.esize * c.esize;
   const size_t nchunks = std::max<size_t>(1, (b.max_len() + cb - 1) / cb);
-  const bool writes_out = root < 0 || r == root;
   auto copy_out = b.total() >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
   auto piece = [&](int j, size_t m) { return std::min(cb, b.len[j] - std::min(b.len[j], m * cb)); };
   if (writes_out) copy_bytes(u8(out) + b.off[r], in, b.len[r]);

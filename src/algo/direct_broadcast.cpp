@@ -8,11 +8,15 @@
 //
 // Scatter cost: (N + 1)·α + 2·(p-1)/p·n·β (n = size·count·esize): the root copies every other
 // rank's block (a piece of each per chunk) into its scratch, barrier, each rank copies its own.
+// With single copy (direct_common.h), 3 ranks or more and blocks of kSingleCopyBytes or more:
+// 2·α + n/p·β' per reader (β' = a process_vm_readv per byte), the readers in parallel.
 //
 // Pipeline: chunk m goes through the root's slot m % 2; phase m (between barriers m and m+1)
 // copies chunk m in and chunk m-1 out. A slot written in phase m is read in phase m+1 and only
 // rewritten in phase m+2, a barrier in between each time. After the last copy-out, end() closes
 // with a barrier only when the next op could overwrite the slot just read (direct_common.h).
+#include <cstring>
+
 #include "algo/direct_common.h"
 #include "reduce/copy.h"
 
@@ -52,6 +56,19 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
   Sig s(OpKind::scatter, c);
   s.add(count).add(static_cast<uint64_t>(root));
   if (small_fits(bs * static_cast<size_t>(p))) return scatter_small(c, in, out, count, root, s.value());
+  // Each rank reads its block of the root's buffer, with at least 3 ranks: the readers then share
+  // the cores while the root waits; with 2, the pipeline below keeps both cores copying, one reader
+  // only one (BENCHMARKS.md, "Single-copy transfers").
+  if (p >= 3 && use_single_copy(c, bs)) {
+    begin_single(c, s.value(), in);
+    g.barrier();
+    check(c);
+    if (r != root) g.read(root, peer_buffer(c, root) + static_cast<size_t>(r) * bs, out, bs);
+    end_single(c);
+    // After the readers: the root's out may overlap its in.
+    if (r == root) std::memmove(out, u8(in) + static_cast<size_t>(root) * bs, bs);
+    return;
+  }
   begin(c, s.value());
   // pb: bytes of each block per chunk; the root's slot holds one piece of every block.
   const size_t pb = std::max(es, std::min(slot_bytes(g) / p, chunk_target(g, p)) / 64 * 64 / es * es);

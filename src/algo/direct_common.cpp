@@ -9,6 +9,9 @@ namespace shoal::algo::direct {
 namespace {
 
 uint64_t* header(ShmGroup& g, int r) { return reinterpret_cast<uint64_t*>(g.scratch(r)); }
+// Mixed into a single-copy op's token: a peer that runs the two-copy form of the same call (it
+// cannot, while every rank sees the same sizes and group) fails the check instead of misreading.
+constexpr uint64_t kSingleCopyToken = 0x434d41;
 
 }  // namespace
 
@@ -42,6 +45,17 @@ void check(Ctx& c) {
                       "algorithm differ)");
   }
 }
+
+void begin_single(Ctx& c, uint64_t sig, const void* mine) {
+  begin(c, Sig().add(sig).add(kSingleCopyToken).value());
+  __atomic_store_n(&header(*c.shm(), c.rank)[5], reinterpret_cast<uintptr_t>(mine), __ATOMIC_RELEASE);
+}
+
+const uint8_t* peer_buffer(Ctx& c, int j) {
+  return reinterpret_cast<const uint8_t*>(__atomic_load_n(&header(*c.shm(), j)[5], __ATOMIC_ACQUIRE));
+}
+
+bool use_single_copy(Ctx& c, size_t bytes) { return bytes >= kSingleCopyBytes && c.shm()->single_copy(); }
 
 int slot_of(Ctx& c, size_t m) { return static_cast<int>((header(*c.shm(), c.rank)[0] + m) & 1); }
 

@@ -9,6 +9,8 @@
 //   [.., + kSmallArea)  small slots (direct_small.cpp): kSmallSlots heads of one line each, then
 //                       kSmallDataSlots data areas of kSmallBytes
 //   [.., end)           data: two slots of slot_bytes() each, used alternately by chunk
+// Word 5 of the header is the address of the buffer a single-copy op lets its peers read or
+// write (published; begin_single).
 //
 // Mismatch check. Direct algorithms move no framed messages, so the framing cannot catch ranks
 // that called different ops or counts (which would read a peer's scratch out of bounds or out of
@@ -61,6 +63,8 @@ inline constexpr size_t kMaxChunkBytes = size_t(4) << 20;
 // up to about 1 MiB read per rank, because each barrier costs tens of µs once ranks outnumber
 // cores.
 inline constexpr size_t kReduceAllGroupBytes = size_t(1) << 20;
+// Single copy from this many bytes (BENCHMARKS.md, "Single-copy transfers").
+inline constexpr size_t kSingleCopyBytes = size_t(2) << 20;
 
 class Sig {
  public:
@@ -99,6 +103,26 @@ void end(Ctx& c, size_t nchunks);
 // Bytes of one of the two data slots of each rank's scratch (a multiple of 64).
 size_t slot_bytes(ShmGroup& g);
 inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderBytes + kSmallArea + s * slot_bytes(g); }
+
+// ---- Single copy: between the ranks' own buffers (ShmGroup::read, write) ----------------------
+//
+// Where the kernel permits it (g.single_copy()), a large gather or scatter moves each block
+// straight between the ranks' own buffers: one copy per byte instead of two (into the owner's
+// scratch, out of it), and no pipeline: one barrier before (the addresses are published and the
+// tokens checked) and one after (no rank leaves, and rewrites or frees its buffer, while a peer
+// still copies). Only those two: on our machine broadcast, allgather and alltoall were slower
+// with it (a block read by several ranks, or both cores busy in the pipeline already; BENCHMARKS.md,
+// "Single-copy transfers").
+// begin_single() is begin() plus the address of this rank's buffer in header word 5; after the
+// first barrier and check(), peer_buffer(c, j) is rank j's. Op k+1 rewrites word 5 only after op
+// k's closing barrier, by which every rank has read it.
+void begin_single(Ctx& c, uint64_t sig, const void* mine);
+const uint8_t* peer_buffer(Ctx& c, int j);
+inline void end_single(Ctx& c) { c.shm()->barrier(); }
+// Whether an op that moves `bytes` to or from one rank uses single copy: the group permits it
+// and `bytes` is at least kSingleCopyBytes (the same answer on every rank: callers pass a size
+// every rank knows).
+bool use_single_copy(Ctx& c, size_t bytes);
 
 // ---- Small ops: no barrier (direct_small.cpp) ----------------------------------------------------
 //

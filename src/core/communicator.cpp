@@ -210,7 +210,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
       return "";
     }
   };
-  if (m.topo.shm_all) m.shm = std::make_unique<ShmGroupImpl>(*m.engine, m.topo.segs);
+  if (m.topo.shm_all) m.shm = std::make_unique<ShmGroupImpl>(*m.engine, m.topo.segs, m.topo.single_copy);
   m.thread = std::thread([this] { impl_->loop(); });
 }
 
@@ -240,6 +240,8 @@ std::string Communicator::transport_to(int peer) const {
   impl_->check_rank(peer, "transport_to", "peer");
   return impl_->topo.transport[peer];
 }
+
+bool Communicator::single_copy() const { return impl_->topo.single_copy; }
 
 Algo Communicator::algo_for(const std::string& op, size_t bytes, CallOptions o) const {
   for (int k = 0; k <= static_cast<int>(OpKind::barrier); ++k)

@@ -50,6 +50,11 @@ Options Options::from_env(Options o) {
       throw InvalidArgument(std::string("SHOAL_TCP_NOTSENT_LOWAT=") + t + ": expected bytes, 0..2^30 (0 = no limit)");
     o.tcp_notsent_lowat = static_cast<int>(n);
   }
+  if (const char* t = std::getenv("SHOAL_CMA"); t && *t) {
+    if (!std::strcmp(t, "0")) o.single_copy = false;
+    else if (!std::strcmp(t, "1")) o.single_copy = true;
+    else throw InvalidArgument(std::string("SHOAL_CMA=") + t + ": expected 0 or 1");
+  }
   return o;
 }
 

@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 
 #include "core/log.h"
 #include "shoal/error.h"
+#include "transport/cma.h"
 #include "transport/shm_link.h"
 #include "transport/tcp_link.h"
 
@@ -153,20 +155,27 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
       if (hosts[r].substr(0, a) != me) continue;
       try {
         ShmSegment s = ShmSegment::open_existing(hosts[r].substr(a + 1, b - a - 1));
-        if (std::to_string(s.control()->nonce) == hosts[r].substr(b + 1) &&
-            s.control()->ring_bytes == ring && s.control()->size == slots) {
+        const ShmControl* pc = s.control();
+        if (std::to_string(pc->nonce) == hosts[r].substr(b + 1) && pc->ring_bytes == ring && pc->size == slots) {
+          // '2': the peer's own memory is readable too (its control block, where it maps it).
+          const bool cma = opts.single_copy && cma::probe(pc->pid, pc->self_addr + offsetof(ShmControl, nonce), pc->nonce);
+          reach[r] = cma ? '2' : '1';
           topo.segs[r] = std::move(s);
-          reach[r] = '1';
         }
       } catch (const Error& e) {
         SHOAL_LOG(info, "shared-memory probe of rank %d failed: %s", r, e.what());
       }
     }
     auto reaches = all_gather(store, "reach", rank, size, reach, timeout);
+    topo.single_copy = true;
     for (int a = 0; a < size; ++a)
-      for (int b = a + 1; b < size; ++b) any_shm = any_shm || (reaches[a][b] == '1' && reaches[b][a] == '1');
+      for (int b = 0; b < size; ++b)
+        if (a != b) {
+          any_shm = any_shm || (reaches[a][b] != '0' && reaches[b][a] != '0');
+          topo.single_copy = topo.single_copy && reaches[a][b] == '2';
+        }
     for (int r = 0; r < size; ++r) {
-      shm_pair[r] = r != rank && reaches[rank][r] == '1' && reaches[r][rank] == '1';
+      shm_pair[r] = r != rank && reaches[rank][r] != '0' && reaches[r][rank] != '0';
       if (shm_pair[r]) topo.transport[r] = "shm";
       else if (r != rank) topo.segs[r] = ShmSegment();
     }
@@ -210,10 +219,12 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   topo.shm_all = opts.transport != TransportKind::tcp;
   for (int r = 0; r < size; ++r)
     if (r != rank && !shm_pair[r]) topo.shm_all = false;
+  topo.single_copy = topo.single_copy && topo.shm_all;
   topo.topo = topo.shm_all ? Topo::shm : one_host ? Topo::one_host_tcp : any_shm ? Topo::hosts_shm : Topo::hosts;
   std::string summary;
   for (int r = 0; r < size; ++r) summary += " " + topo.transport[r];
-  SHOAL_LOG(info, "group ready: rank %d of %d, transports:%s", rank, size, summary.c_str());
+  SHOAL_LOG(info, "group ready: rank %d of %d, transports:%s%s", rank, size, summary.c_str(),
+            topo.single_copy ? " (single-copy reads)" : "");
   return topo;
 }
 

@@ -18,6 +18,7 @@ struct Topology {
   std::vector<ShmSegment> segs;         // by rank: mapped where the pair uses shm (and our own)
   std::vector<std::string> transport;   // by rank: "self", "shm" or "tcp"
   bool shm_all = false;                 // every rank reachable through shared memory
+  bool single_copy = false;             // shm_all, and every rank may read every other's memory (CMA)
   Topo topo = Topo::hosts;              // for the automatic choice of algorithm
   HostMap hosts;                        // which host each rank is on
 };

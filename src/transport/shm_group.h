@@ -2,7 +2,8 @@
 // from /dev/shm as soon as every peer has mapped it, so none is left behind even after a crash)
 // holding its control block, its inbound rings from each peer, and a scratch area that every peer
 // can read and write directly. The direct algorithms (src/algo/direct_*.cpp) work on the scratch
-// areas and synchronise with barrier().
+// areas and synchronise with barrier(); where the kernel permits, they read the peers' buffers
+// directly (read()).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,6 +27,15 @@ class ShmGroup {
   virtual void wait(bool (*done)(void*), void* arg, int peer) = 0;
   // Wakes every peer that sleeps in a wait (after writing what it may be waiting for).
   virtual void ring_peers() = 0;
+  // Single copy (transport/cma.h): whether every rank may read every other rank's memory, as the
+  // probe found when the group formed (SHOAL_CMA=0 turns it off); the same answer on every rank.
+  virtual bool single_copy() const = 0;
+  // Copies n bytes at `remote`, an address in rank r's process, into `local`, by one copy in the
+  // kernel. Only where single_copy(); r keeps that memory unchanged until this rank says it is
+  // done (a barrier). Throws PeerError if r is gone.
+  virtual void read(int r, const void* remote, void* local, size_t n) = 0;
+  // The other way: n bytes at `local` into `remote`, an address in rank r's process.
+  virtual void write(int r, const void* local, void* remote, size_t n) = 0;
 };
 
 }  // namespace shoal

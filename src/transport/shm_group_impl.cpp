@@ -1,7 +1,11 @@
 #include "transport/shm_group_impl.h"
 
+#include <cerrno>
+#include <cstring>
 #include <string>
 
+#include "shoal/error.h"
+#include "transport/cma.h"
 #include "transport/futex.h"
 
 namespace shoal {
@@ -9,8 +13,8 @@ namespace {
 constexpr int kQuickPolls = 16;
 }  // namespace
 
-ShmGroupImpl::ShmGroupImpl(Engine& engine, const std::vector<ShmSegment>& segs)
-    : engine_(engine), scratch_bytes_(segs[engine.rank].control()->scratch_bytes) {
+ShmGroupImpl::ShmGroupImpl(Engine& engine, const std::vector<ShmSegment>& segs, bool single_copy)
+    : engine_(engine), scratch_bytes_(segs[engine.rank].control()->scratch_bytes), single_copy_(single_copy) {
   for (int r = 0; r < engine.size; ++r) {
     ctl_.push_back(segs[r].control());
     scratch_.push_back(segs[r].scratch());
@@ -50,6 +54,26 @@ void ShmGroupImpl::wait(bool (*done)(void*), void* arg, int peer) {
 
 void ShmGroupImpl::ring_peers() {
   for (int r : others_) Engine::ring(ctl_[r]);
+}
+
+}  // namespace shoal
+
+namespace shoal {
+
+void ShmGroupImpl::read(int r, const void* remote, void* local, size_t n) {
+  if (const int e = cma::read(ctl_[r]->pid, remote, local, n)) fail_transfer(r, "read", n, e);
+}
+
+void ShmGroupImpl::write(int r, const void* local, void* remote, size_t n) {
+  if (const int e = cma::write(ctl_[r]->pid, local, remote, n)) fail_transfer(r, "write", n, e);
+}
+
+void ShmGroupImpl::fail_transfer(int r, const char* what, size_t n, int err) {
+  // The peer keeps its memory until this rank's next barrier: a failure means it is gone (or
+  // aborted and freed it).
+  if (ctl_[r]->state.load(std::memory_order_acquire) == 1) engine_.fail_peer(r, ctl_[r]->aborted_message(r));
+  engine_.fail_peer(r, std::string("single-copy ") + what + " of " + std::to_string(n) + " bytes with rank " +
+                           std::to_string(r) + " failed: " + std::strerror(err) + (err == ESRCH ? " (the process is gone)" : ""));
 }
 
 }  // namespace shoal

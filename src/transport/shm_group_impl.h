@@ -11,8 +11,9 @@ namespace shoal {
 
 class ShmGroupImpl : public ShmGroup {
  public:
-  // segs[r] is rank r's segment mapped here (segs[rank] is this rank's own).
-  ShmGroupImpl(Engine& engine, const std::vector<ShmSegment>& segs);
+  // segs[r] is rank r's segment mapped here (segs[rank] is this rank's own); single_copy: the
+  // group's probe found that every rank may read every other's memory.
+  ShmGroupImpl(Engine& engine, const std::vector<ShmSegment>& segs, bool single_copy);
   int rank() const override { return engine_.rank; }
   int size() const override { return engine_.size; }
   uint8_t* scratch(int r) override { return scratch_[r]; }
@@ -20,6 +21,9 @@ class ShmGroupImpl : public ShmGroup {
   void barrier() override;
   void wait(bool (*done)(void*), void* arg, int peer) override;
   void ring_peers() override;
+  bool single_copy() const override { return single_copy_; }
+  void read(int r, const void* remote, void* local, size_t n) override;
+  void write(int r, const void* local, void* remote, size_t n) override;
 
  private:
   Engine& engine_;
@@ -27,6 +31,9 @@ class ShmGroupImpl : public ShmGroup {
   std::vector<uint8_t*> scratch_;
   std::vector<int> others_;
   size_t scratch_bytes_;
+  bool single_copy_;
+  // Turns a failed single-copy transfer with rank r into the PeerError that says why.
+  [[noreturn]] void fail_transfer(int r, const char* what, size_t n, int err);
   uint64_t seq_ = 0;
 };
 

@@ -87,6 +87,7 @@ ShmSegment ShmSegment::create(const std::string& name, int size, size_t ring_byt
   auto* c = new (p) ShmControl();
   c->nonce = nonce;
   c->pid = getpid();
+  c->self_addr = reinterpret_cast<uintptr_t>(c);
   c->size = size;
   c->ring_bytes = ring_bytes;
   c->scratch_bytes = scratch_bytes;

@@ -18,6 +18,7 @@ struct alignas(64) ShmControl {
   uint64_t nonce;  // the probe: a peer that can open the segment and read this nonce shares our memory
   int32_t pid;
   int32_t size;  // ring slots: the ranks of the owner's host
+  uint64_t self_addr;  // where this block is mapped in the owner: the single-copy probe reads it there
   uint64_t ring_bytes;
   uint64_t scratch_bytes;
   alignas(64) std::atomic<uint32_t> doorbell;  // bumped by anyone with news for the owner

@@ -1,0 +1,140 @@
+// Single-copy transfers (src/transport/cma.h): the group's probe agrees with what the kernel
+// allows, SHOAL_CMA=0 and TCP turn it off, and the ops around single copy (gather and scatter use
+// it; broadcast, allgather(v) and alltoall share their buffers' shapes) give the same results with
+// it as without, in place too, with ranks out of step.
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <random>
+#include <vector>
+
+#include "algo/direct_common.h"
+#include "harness.h"
+
+using namespace shoal;
+using namespace shoal_test;
+
+namespace {
+
+// Whether a child of this process may read its memory with process_vm_readv: the same question
+// the group's probe asks of its peers, asked without the library.
+bool kernel_permits_cma() {
+  static volatile uint64_t word = 0x5eed5eed5eedull;
+  const pid_t parent = getpid();
+  const pid_t child = fork();
+  if (child == 0) {
+    uint64_t got = 0;
+    iovec l{&got, sizeof got}, r{const_cast<uint64_t*>(&word), sizeof got};
+    _exit(process_vm_readv(parent, &l, 1, &r, 1, 0) == sizeof got && got == word ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+RunConfig with_cma(const std::string& transport, const char* cma) {
+  RunConfig cfg = transport_config(transport);
+  cfg.env.push_back({"SHOAL_CMA", cma});
+  return cfg;
+}
+
+}  // namespace
+
+TEST(SingleCopy, ProbeAgreesWithTheKernel) {
+  const bool permitted = kernel_permits_cma();
+  run_ranks(3, with_cma("shm", ""), [&](Communicator& c) {
+    SH_CHECK(c.single_copy() == permitted) << "single_copy() " << c.single_copy() << ", the kernel permits CMA: " << permitted;
+  });
+  run_ranks(3, with_cma("shm", "0"), [](Communicator& c) { SH_CHECK(!c.single_copy()) << "SHOAL_CMA=0"; });
+  run_ranks(3, with_cma("tcp", "1"), [](Communicator& c) { SH_CHECK(!c.single_copy()) << "over TCP"; });
+}
+
+TEST(SingleCopy, BadValueIsAnError) {
+  RunResult res = run_ranks_outcomes(2, with_cma("shm", "yes"), [](Communicator&) {});
+  for (auto& r : res.ranks) {
+    EXPECT_EQ(r.error_kind, "setup") << r.describe();
+    EXPECT_NE(r.message.find("SHOAL_CMA=yes: expected 0 or 1"), std::string::npos) << r.describe();
+  }
+}
+
+// The ops with large blocks, below and above the single-copy threshold, with ranks out of step,
+// in place where the op allows it; compared against values computed here. Run with SHOAL_CMA=1 and =0: the
+// two forms must agree with the reference, so with each other.
+class SingleCopyOps : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
+
+TEST_P(SingleCopyOps, MatchTheReference) {
+  const int n = std::get<0>(GetParam());
+  run_ranks(n, with_cma("shm", std::get<1>(GetParam())), [](Communicator& c) {
+    std::mt19937 rng(7 + c.rank());
+    const int p = c.size(), me = c.rank();
+    // Block sizes from just under to over the single-copy threshold, odd counts included.
+    const size_t big = algo::direct::kSingleCopyBytes / sizeof(float);
+    const size_t counts[] = {big / static_cast<size_t>(p) + 3, big + 1, 2 * big + 5};
+    std::vector<float> in, out;
+    for (int iter = 0; iter < (kSanitized ? 12 : 36); ++iter) {
+      const size_t count = counts[iter % 3];
+      const int kind = (iter / 3) % 6, root = iter % p;
+      const bool in_place = iter % 2 == 1;
+      if (rng() % 3 == 0) usleep(rng() % 500);
+      auto val = [&](int r, size_t i) SHOAL_TEST_REFERENCE { return static_cast<float>((r + 1) * (iter + 1) + static_cast<int>(i % 11)); };
+      auto expect_blocks = [&](const float* got, const char* what, auto want) SHOAL_TEST_REFERENCE {
+        for (int r = 0; r < p; ++r)
+          for (size_t i = 0; i < count; ++i)
+            SH_CHECK(got[r * count + i] == want(r, i)) << what << " iter " << iter << " block " << r << " i " << i;
+      };
+      if (kind == 0) {  // broadcast
+        in.assign(count, -1);
+        if (me == root)
+          for (size_t i = 0; i < count; ++i) in[i] = val(root, i);
+        c.broadcast(in.data(), count, DType::f32, root)->wait();
+        for (size_t i = 0; i < count; ++i) SH_CHECK(in[i] == val(root, i)) << "broadcast iter " << iter << " i " << i;
+      } else if (kind == 1) {  // scatter; in place at the root: its out is its own block of in
+        in.assign(count * p, -1);
+        if (me == root)
+          for (size_t i = 0; i < count * p; ++i) in[i] = val(root, i);
+        out.assign(count, -1);
+        float* dst = in_place && me == root ? in.data() + me * count : out.data();
+        c.scatter(in.data(), dst, count, DType::f32, root)->wait();
+        for (size_t i = 0; i < count; ++i) SH_CHECK(dst[i] == val(root, me * count + i)) << "scatter iter " << iter << " i " << i;
+      } else if (kind == 2 || kind == 3) {  // allgather / gather; in place: in is the own block of out
+        out.assign(count * p, -1);
+        in.assign(count, 0);
+        float* src = in_place ? out.data() + me * count : in.data();
+        for (size_t i = 0; i < count; ++i) src[i] = val(me, i);
+        if (kind == 2) {
+          c.allgather(src, out.data(), count, DType::f32)->wait();
+          expect_blocks(out.data(), "allgather", val);
+        } else {
+          c.gather(src, out.data(), count, DType::f32, root)->wait();
+          if (me == root) expect_blocks(out.data(), "gather", val);
+        }
+      } else if (kind == 4) {  // allgatherv: rank r gives count + r elements
+        std::vector<size_t> cs(p);
+        size_t total = 0;
+        for (int r = 0; r < p; ++r) total += cs[r] = count + r;
+        in.resize(cs[me]);
+        for (size_t i = 0; i < cs[me]; ++i) in[i] = val(me, i);
+        out.assign(total, -1);
+        c.allgatherv(in.data(), out.data(), cs, DType::f32)->wait();
+        size_t off = 0;
+        for (int r = 0; r < p; off += cs[r], ++r)
+          for (size_t i = 0; i < cs[r]; ++i) SH_CHECK(out[off + i] == val(r, i)) << "allgatherv iter " << iter << " block " << r << " i " << i;
+      } else {  // alltoall; block j of rank r's input is val(r, j * 13 + i)
+        in.resize(count * p);
+        for (int j = 0; j < p; ++j)
+          for (size_t i = 0; i < count; ++i) in[j * count + i] = val(me, j * 13 + i);
+        out.assign(count * p, -1);
+        float* dst = in_place ? in.data() : out.data();
+        c.alltoall(in.data(), dst, count, DType::f32)->wait();
+        expect_blocks(dst, "alltoall", [&](int r, size_t i) SHOAL_TEST_REFERENCE { return val(r, me * 13 + i); });
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(All, SingleCopyOps,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 8), ::testing::Values("1", "0")),
+                         [](const auto& info) {
+                           return "n" + std::to_string(std::get<0>(info.param)) + (std::get<1>(info.param)[0] == '1' ? "_cma" : "_copies");
+                         });
