@@ -58,7 +58,10 @@ Options of the shoal backend; pass as ``init_process_group("shoal", pg_options=.
       .def_property_readonly("options", &BackendShoal::getOptions)
       .def("transports", &BackendShoal::transports, "'self', 'shm' or 'tcp' for each rank of the group")
       .def("abort_because", &BackendShoal::abort_because, py::arg("why"), py::call_guard<py::gil_scoped_release>(),
-           "Aborts the group: every peer's op fails at once, naming `why`.");
+           "Aborts the group: every peer's op fails at once, naming `why`.")
+      .def("allreduce_inline", &BackendShoal::allreduce_inline, py::arg("tensor"), py::arg("op"),
+           py::call_guard<py::gil_scoped_release>(),
+           "All-reduce of a contiguous CPU tensor in place, returning when done (shoal.torch.all_reduce_).");
 
   // The creator torch.distributed calls (register_backend(..., extended_api=True)).
   m.def(

@@ -40,6 +40,40 @@ def w_allreduce(rank, n, dtype, op, shape, async_op):
     return "ok"
 
 
+def w_allreduce_inline(rank, n):
+    """shoal.torch.all_reduce_ against the reference, every dtype and op, sizes 0 to 1 Mi + 3, a
+    non-contiguous tensor (through dist.all_reduce), and its refusals."""
+    import shoal.torch
+
+    for dtype in DTYPES:
+        for op in OPS:
+            for i, shape in enumerate([(0,), (1,), (7,), (4099,), ((1 << 20) + 3,)]):
+                if shape[0] > 4099 and op not in ("SUM", "MAX"):
+                    continue
+                t = data(rank, shape, dtype, seed=40 + i)
+                if not supported(dtype, op):
+                    try:
+                        shoal.torch.all_reduce_(t, OPS[op])
+                    except RuntimeError as e:
+                        assert "shoal" in str(e), e
+                        continue
+                    raise AssertionError(f"all_reduce_({dtype}, {op}) should raise")
+                assert shoal.torch.all_reduce_(t, OPS[op]) is t
+                want = reduce_ref([data(r, shape, dtype, seed=40 + i) for r in range(n)], op, dtype)
+                assert_equal(t, want, f"all_reduce_ {dtype} {op} {shape}")
+    t = data(rank, (6, 5), torch.float32, seed=50).t()  # not contiguous
+    shoal.torch.all_reduce_(t)
+    assert_equal(t, reduce_ref([data(r, (6, 5), torch.float32, seed=50).t() for r in range(n)], "SUM", torch.float32),
+                 "all_reduce_ of a transposed tensor")
+    gloo = dist.new_group(backend="gloo")
+    try:
+        shoal.torch.all_reduce_(torch.ones(3), group=gloo)
+        raise AssertionError("all_reduce_ on a gloo group should raise")
+    except ValueError as e:
+        assert "not shoal" in str(e), e
+    dist.destroy_process_group(gloo)
+
+
 def w_broadcast(rank, n, dtype, root):
     shape = (3, 5)
     t = data(rank, shape, dtype, seed=2)
@@ -375,6 +409,10 @@ def w_get_backend(rank, n):
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_all_reduce(group, dtype, op):
     group.run(w_allreduce, dtype, op, (3, 343), False)
+
+
+def test_all_reduce_inline(group):
+    group.run(w_allreduce_inline)
 
 
 @pytest.mark.parametrize("op", ["SUM", "MAX"])

@@ -60,6 +60,32 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks: bool = False) ->
     pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 
 
+_inline: dict = {}  # process group -> its shoal backend, for all_reduce_
+
+
+def all_reduce_(tensor, op=dist.ReduceOp.SUM, group=None):
+    """``torch.distributed.all_reduce(tensor, op, group)`` for a contiguous CPU tensor on a shoal
+    group, without torch.distributed's Python, Work or future: the op runs on this thread and is
+    done when this returns (as DeepSpeed's ``inference_all_reduce_``, for CPU tensor-parallel
+    inference, where a small all_reduce per layer makes torch's per-call cost count). Other tensors
+    go through ``torch.distributed.all_reduce``. Returns `tensor`."""
+    import torch
+
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    backend = _inline.get(pg)
+    if backend is None:
+        backend = pg._get_backend(torch.device("cpu"))
+        if not isinstance(backend, BackendShoal):
+            raise ValueError(f"shoal.torch.all_reduce_: the group runs on {type(backend).__name__}, not shoal")
+        _inline.clear()  # the last group used: a destroyed one is not kept alive
+        _inline[pg] = backend
+    if tensor.is_cpu and tensor.is_contiguous() and tensor.layout == torch.strided:
+        backend.allreduce_inline(tensor, op)
+    else:
+        dist.all_reduce(tensor, op, group=pg)
+    return tensor
+
+
 register()
 
-__all__ = ["BackendShoal", "Options", "register", "is_shoal_group", "monitored_barrier", "BACKEND_NAME"]
+__all__ = ["BackendShoal", "Options", "register", "is_shoal_group", "monitored_barrier", "all_reduce_", "BACKEND_NAME"]
