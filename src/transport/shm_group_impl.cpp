@@ -1,5 +1,6 @@
 #include "transport/shm_group_impl.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -60,18 +61,36 @@ void ShmGroupImpl::ring_peers() {
 
 namespace shoal {
 
+namespace {
+// Single-copy transfers go in pieces of this size, each after a look at the peer's state: a peer
+// that has failed its op (a third rank died, a timeout, abort()) may already have returned and
+// reused its buffer, so at most one piece lands after that, not the rest of a large block.
+constexpr size_t kTransferPiece = size_t(1) << 20;
+}  // namespace
+
 void ShmGroupImpl::read(int r, const void* remote, void* local, size_t n) {
-  if (const int e = cma::read(ctl_[r]->pid, remote, local, n)) fail_transfer(r, "read", n, e);
+  for (size_t off = 0; off < n; off += kTransferPiece) {
+    if (ctl_[r]->state.load(std::memory_order_acquire) != 0) engine_.fail_peer(r, ctl_[r]->aborted_message(r));
+    const size_t len = std::min(kTransferPiece, n - off);
+    if (const int e = cma::read(ctl_[r]->pid, static_cast<const uint8_t*>(remote) + off, static_cast<uint8_t*>(local) + off, len))
+      fail_transfer(r, "read", n, e);
+  }
 }
 
 void ShmGroupImpl::write(int r, const void* local, void* remote, size_t n) {
-  if (const int e = cma::write(ctl_[r]->pid, local, remote, n)) fail_transfer(r, "write", n, e);
+  for (size_t off = 0; off < n; off += kTransferPiece) {
+    if (ctl_[r]->state.load(std::memory_order_acquire) != 0) engine_.fail_peer(r, ctl_[r]->aborted_message(r));
+    const size_t len = std::min(kTransferPiece, n - off);
+    if (const int e = cma::write(ctl_[r]->pid, static_cast<const uint8_t*>(local) + off, static_cast<uint8_t*>(remote) + off, len))
+      fail_transfer(r, "write", n, e);
+  }
 }
 
 void ShmGroupImpl::fail_transfer(int r, const char* what, size_t n, int err) {
   // The peer keeps its memory until this rank's next barrier: a failure means it is gone (or
-  // aborted and freed it).
-  if (ctl_[r]->state.load(std::memory_order_acquire) == 1) engine_.fail_peer(r, ctl_[r]->aborted_message(r));
+  // failed its op and reused it). A local fault is reported the same way: the kernel does not say
+  // which side's address it could not use.
+  if (ctl_[r]->state.load(std::memory_order_acquire) != 0) engine_.fail_peer(r, ctl_[r]->aborted_message(r));
   engine_.fail_peer(r, std::string("single-copy ") + what + " of " + std::to_string(n) + " bytes with rank " +
                            std::to_string(r) + " failed: " + std::strerror(err) + (err == ESRCH ? " (the process is gone)" : ""));
 }

@@ -60,7 +60,7 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks: bool = False) ->
     pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 
 
-_inline: dict = {}  # process group -> its shoal backend, for all_reduce_
+_inline: dict = {}  # the last group all_reduce_ used -> its shoal backend (one entry)
 
 
 def all_reduce_(tensor, op=dist.ReduceOp.SUM, group=None):
@@ -68,18 +68,24 @@ def all_reduce_(tensor, op=dist.ReduceOp.SUM, group=None):
     group, without torch.distributed's Python, Work or future: the op runs on this thread and is
     done when this returns (as DeepSpeed's ``inference_all_reduce_``, for CPU tensor-parallel
     inference, where a small all_reduce per layer makes torch's per-call cost count). Other tensors
-    go through ``torch.distributed.all_reduce``. Returns `tensor`."""
+    (not contiguous, not on the CPU, sparse, complex) go through ``torch.distributed.all_reduce``.
+    Returns `tensor`."""
     import torch
 
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if pg is dist.GroupMember.NON_GROUP_MEMBER:  # as dist.all_reduce: nothing to do here
+        return tensor
     backend = _inline.get(pg)
     if backend is None:
-        backend = pg._get_backend(torch.device("cpu"))
+        try:
+            backend = pg._get_backend(torch.device("cpu"))
+        except RuntimeError as e:
+            raise ValueError(f"shoal.torch.all_reduce_: the group has no CPU backend ({e})") from None
         if not isinstance(backend, BackendShoal):
             raise ValueError(f"shoal.torch.all_reduce_: the group runs on {type(backend).__name__}, not shoal")
-        _inline.clear()  # the last group used: a destroyed one is not kept alive
+        _inline.clear()
         _inline[pg] = backend
-    if tensor.is_cpu and tensor.is_contiguous() and tensor.layout == torch.strided:
+    if tensor.layout == torch.strided and tensor.is_cpu and not tensor.is_complex() and tensor.is_contiguous():
         backend.allreduce_inline(tensor, op)
     else:
         dist.all_reduce(tensor, op, group=pg)
