@@ -12,6 +12,10 @@
 namespace shoal {
 namespace {
 constexpr int kQuickPolls = 16;
+// Single-copy transfers go in pieces of this size, each after a look at the peer's state: a peer
+// that has failed its op (a third rank died, a timeout, abort()) may already have returned and
+// reused its buffer, so at most one piece lands after that, not the rest of a large block.
+constexpr size_t kTransferPiece = size_t(1) << 20;
 }  // namespace
 
 ShmGroupImpl::ShmGroupImpl(Engine& engine, const std::vector<ShmSegment>& segs, bool single_copy)
@@ -57,42 +61,30 @@ void ShmGroupImpl::ring_peers() {
   for (int r : others_) Engine::ring(ctl_[r]);
 }
 
-}  // namespace shoal
-
-namespace shoal {
-
-namespace {
-// Single-copy transfers go in pieces of this size, each after a look at the peer's state: a peer
-// that has failed its op (a third rank died, a timeout, abort()) may already have returned and
-// reused its buffer, so at most one piece lands after that, not the rest of a large block.
-constexpr size_t kTransferPiece = size_t(1) << 20;
-}  // namespace
-
 void ShmGroupImpl::read(int r, const void* remote, void* local, size_t n) {
-  for (size_t off = 0; off < n; off += kTransferPiece) {
-    if (ctl_[r]->state.load(std::memory_order_acquire) != 0) engine_.fail_peer(r, ctl_[r]->aborted_message(r));
-    const size_t len = std::min(kTransferPiece, n - off);
-    if (const int e = cma::read(ctl_[r]->pid, static_cast<const uint8_t*>(remote) + off, static_cast<uint8_t*>(local) + off, len))
-      fail_transfer(r, "read", n, e);
-  }
+  transfer(r, false, static_cast<uint8_t*>(local), static_cast<uint8_t*>(const_cast<void*>(remote)), n);
 }
 
 void ShmGroupImpl::write(int r, const void* local, void* remote, size_t n) {
-  for (size_t off = 0; off < n; off += kTransferPiece) {
-    if (ctl_[r]->state.load(std::memory_order_acquire) != 0) engine_.fail_peer(r, ctl_[r]->aborted_message(r));
-    const size_t len = std::min(kTransferPiece, n - off);
-    if (const int e = cma::write(ctl_[r]->pid, static_cast<const uint8_t*>(local) + off, static_cast<uint8_t*>(remote) + off, len))
-      fail_transfer(r, "write", n, e);
-  }
+  transfer(r, true, static_cast<uint8_t*>(const_cast<void*>(local)), static_cast<uint8_t*>(remote), n);
 }
 
-void ShmGroupImpl::fail_transfer(int r, const char* what, size_t n, int err) {
-  // The peer keeps its memory until this rank's next barrier: a failure means it is gone (or
-  // failed its op and reused it). A local fault is reported the same way: the kernel does not say
-  // which side's address it could not use.
-  if (ctl_[r]->state.load(std::memory_order_acquire) != 0) engine_.fail_peer(r, ctl_[r]->aborted_message(r));
-  engine_.fail_peer(r, std::string("single-copy ") + what + " of " + std::to_string(n) + " bytes with rank " +
-                           std::to_string(r) + " failed: " + std::strerror(err) + (err == ESRCH ? " (the process is gone)" : ""));
+void ShmGroupImpl::transfer(int r, bool to_peer, uint8_t* local, uint8_t* remote, size_t n) {
+  for (size_t off = 0; off < n; off += kTransferPiece) {
+    // The peer keeps its memory until this rank's next barrier unless it failed its op (and may
+    // have returned): then it names why. A failed call means it is gone or did just that; a local
+    // fault is reported the same way, as the kernel does not say which side's address it could
+    // not use.
+    if (ctl_[r]->state.load(std::memory_order_acquire) != 0) engine_.fail_peer(r, ctl_[r]->aborted_message(r));
+    const size_t len = std::min(kTransferPiece, n - off);
+    const int e = to_peer ? cma::write(ctl_[r]->pid, local + off, remote + off, len)
+                          : cma::read(ctl_[r]->pid, remote + off, local + off, len);
+    if (e == 0) continue;
+    if (ctl_[r]->state.load(std::memory_order_acquire) != 0) engine_.fail_peer(r, ctl_[r]->aborted_message(r));
+    engine_.fail_peer(r, std::string("single-copy ") + (to_peer ? "write" : "read") + " of " + std::to_string(n) +
+                             " bytes with rank " + std::to_string(r) + " failed: " + std::strerror(e) +
+                             (e == ESRCH ? " (the process is gone)" : ""));
+  }
 }
 
 }  // namespace shoal

@@ -32,8 +32,9 @@ class ShmGroupImpl : public ShmGroup {
   std::vector<int> others_;
   size_t scratch_bytes_;
   bool single_copy_;
-  // Turns a failed single-copy transfer with rank r into the PeerError that says why.
-  [[noreturn]] void fail_transfer(int r, const char* what, size_t n, int err);
+  // read() and write(): n bytes between `local` and `remote` (in rank r's process), in pieces,
+  // to the peer or from it; a failure is the PeerError that says why.
+  void transfer(int r, bool to_peer, uint8_t* local, uint8_t* remote, size_t n);
   uint64_t seq_ = 0;
 };
 
