@@ -2,7 +2,8 @@
 rendezvous on 127.0.0.1) and collect what each answers. The one way this package and its tests
 start Python ranks: ``python -m shoal.bench`` and ``python -m shoal.demo`` call `launch`; the
 pytest harness (``tests/python/harness.py``) calls `launch` for one-shot ranks and builds its pool
-of long-lived ranks on `Ranks`. No process group is created here: the rank code does that itself (MASTER_ADDR/PORT, RANK, WORLD_SIZE are set).
+of long-lived ranks on `Ranks`. No process group is created here: the rank code does that itself
+(MASTER_ADDR/PORT, RANK, WORLD_SIZE are set).
 
 A rank talks to the parent over a pipe: each answer is ``("ok", value)`` or ``("err", traceback)``
 (`answer` sends one); a rank that exits without answering is reported as dead.
