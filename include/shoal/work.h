@@ -2,22 +2,32 @@
 #pragma once
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <functional>
-#include <mutex>
 #include <string>
 
 namespace shoal {
 
+class Work;
+
+// For the core: what a pending Work asks of the communicator that queued it. Both are called at
+// most once per Work, and never after it finished.
+class WorkDriver {
+ public:
+  // By the first unbounded wait(): run the op (and the ops queued before it) on the waiting
+  // thread if no other thread runs ops, so that a caller who waits at once needs no hand-off.
+  virtual void help(const Work* w) = 0;
+  // By the first run_async(), test() or bounded wait(): start the op on the progress thread now.
+  virtual void kick() = 0;
+
+ protected:
+  ~WorkDriver() = default;
+};
+
 class Work {
  public:
-  explicit Work(std::string name) : name_(std::move(name)) {}
-  // For the core: `help` is called once, by the first unbounded wait() on the pending op, so that
-  // a caller who waits right away can run the op on its own thread instead of handing it to the
-  // progress thread; `kick` once, by the first run_async(), test() or bounded wait().
-  Work(std::string name, std::function<void(const Work*)> help, std::function<void()> kick)
-      : name_(std::move(name)), helper_(std::move(help)), kick_(std::move(kick)) {}
+  explicit Work(std::string name, WorkDriver* driver = nullptr) : name_(std::move(name)), driver_(driver) {}
   // Blocks until the op completes or `timeout` passes. Returns true once complete; false if it is
   // still pending at `timeout`. Throws the op's error if it failed. (Every op also has the group's
   // deadline, so an op never stays pending forever.)
@@ -44,14 +54,17 @@ class Work {
  private:
   void kick_once() const;
 
+  bool done() const;
+
   std::string name_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::exception_ptr error_;
+  WorkDriver* const driver_;
+  mutable std::atomic<uint8_t> asked_{0};  // kHelped, kKicked: what was asked of the driver
+  // kFinishing, kDone, kCallback (work.cpp); the word waiters sleep on. No lock: an op's fixed cost
+  // is a few atomic operations, and nothing is woken unless a thread sleeps (waiters_).
+  std::atomic<uint32_t> state_{0};
+  std::atomic<uint32_t> waiters_{0};
+  std::exception_ptr error_;  // written before kDone, read after it
   std::function<void()> callback_;
-  std::function<void(const Work*)> helper_;
-  mutable std::function<void()> kick_;
   std::atomic<int> source_{-1};
 };
 

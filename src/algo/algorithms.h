@@ -18,6 +18,25 @@ namespace shoal {
 enum class OpKind : uint8_t { allreduce, broadcast, reduce, allgatherv, reduce_scatter, gather, scatter, alltoallv, barrier };
 const char* op_kind_name(OpKind k);
 
+// One collective as the communicator queues it: plain data, so that queuing an op allocates
+// nothing beyond its Work (a closure over the arguments did) and an op can be logged or compared.
+struct OpDesc {
+  OpKind kind = OpKind::barrier;
+  Algo algo = Algo::automatic;  // as chosen on the caller's thread (Communicator::algo_for)
+  DType dt = DType::u8;
+  ReduceOp op = ReduceOp::sum;  // as the caller gave it: avg included (run_op scales)
+  int root = -1;
+  const void* in = nullptr;
+  void* out = nullptr;          // broadcast: the buffer
+  size_t count = 0;             // per rank, in elements (allgatherv, alltoallv: see counts)
+  std::vector<size_t> counts;   // allgatherv: per rank; alltoallv: sent to each rank (empty: equal blocks of count)
+  std::vector<size_t> counts2;  // alltoallv: received from each rank
+  uint64_t sig = 0;             // the op's signature, the same on every rank
+};
+
+// Runs `d` on `c` (whose op is d.op with avg as sum) to completion, avg's scaling included.
+void run_op(Ctx& c, const OpDesc& d);
+
 // Topo (where the ranks are) is in core/context.h.
 
 // The algorithm that runs `kind` for a message of `bytes` (allgatherv: the total) among `size`

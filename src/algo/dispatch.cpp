@@ -10,8 +10,10 @@ namespace {
 
 using namespace algo;
 
+// An algorithm named here was chosen and checked on the caller's thread (Communicator::algo_for);
+// automatic comes from the hierarchical algorithms, for their subgroups.
 Algo resolve(Ctx& c, OpKind k, Algo a, size_t bytes) {
-  return choose_algo(k, a, bytes, c.size, c.topo);
+  return a == Algo::automatic ? choose_algo(k, a, bytes, c.size, c.topo) : a;
 }
 
 [[noreturn]] void unreachable(OpKind k, Algo a) {
@@ -160,6 +162,35 @@ void barrier(Ctx& c, Algo a) {
     default: unreachable(OpKind::barrier, a);
   }
   c.wait_all();
+}
+
+void run_op(Ctx& c, const OpDesc& d) {
+  const bool avg = d.op == ReduceOp::avg;
+  switch (d.kind) {
+    case OpKind::allreduce:
+      allreduce(c, d.algo, d.in, d.out, d.count);
+      if (avg) scale_avg(d.out, d.count, d.dt, c.size);
+      break;
+    case OpKind::broadcast: broadcast(c, d.algo, d.out, d.count, d.root); break;
+    case OpKind::reduce:
+      reduce(c, d.algo, d.in, d.out, d.count, d.root);
+      if (avg && c.rank == d.root) scale_avg(d.out, d.count, d.dt, c.size);
+      break;
+    case OpKind::allgatherv: allgatherv(c, d.algo, d.in, d.out, d.counts); break;
+    case OpKind::reduce_scatter:
+      reduce_scatter(c, d.algo, d.in, d.out, d.count);
+      if (avg) scale_avg(d.out, d.count, d.dt, c.size);
+      break;
+    case OpKind::gather: gather(c, d.algo, d.in, d.out, d.count, d.root); break;
+    case OpKind::scatter: scatter(c, d.algo, d.in, d.out, d.count, d.root); break;
+    case OpKind::alltoallv:
+      if (d.counts.empty())
+        alltoall(c, d.algo, d.in, d.out, d.count);
+      else
+        alltoallv(c, d.algo, d.in, d.counts, d.out, d.counts2);
+      break;
+    case OpKind::barrier: barrier(c, d.algo); break;
+  }
 }
 
 }  // namespace shoal

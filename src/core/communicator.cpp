@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <future>
 #include <list>
@@ -19,6 +18,7 @@
 #include "core/engine.h"
 #include "core/log.h"
 #include "core/rendezvous.h"
+#include "core/ring.h"
 #include "core/scratch.h"
 #include "shoal/error.h"
 #include "transport/shm_group_impl.h"
@@ -59,7 +59,7 @@ Algo env_algo() {
 
 }  // namespace
 
-struct Communicator::Impl {
+struct Communicator::Impl final : WorkDriver {
   Options opts;
   int rank, size;
   std::shared_ptr<Store> store;
@@ -72,14 +72,12 @@ struct Communicator::Impl {
 
   struct Op {
     const char* what = "op";
-    std::function<void(Ctx&)> body;           // a collective: runs it to completion
-    std::function<void(const WorkPtr&)> post;  // a p2p op: posts it (it completes in sweep_p2p)
-    uint64_t sig = 0;                          // the collective's signature, dtype and reduce op
-    DType dt = DType::u8;
-    ReduceOp rop = ReduceOp::sum;
+    OpDesc desc;       // a collective: run to completion by run_op
+    Request p2p{};     // a p2p op (is_p2p): posted, it completes in sweep_p2p
+    bool is_p2p = false;
     WorkPtr work;
     uint64_t id = 0;  // submission number
-    bool collective() const { return static_cast<bool>(body); }
+    bool collective() const { return !is_p2p; }
   };
   struct P2P {
     Request req;
@@ -88,7 +86,7 @@ struct Communicator::Impl {
   };
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<Op> queue;
+  Ring<Op> queue;
   std::atomic<int> queued{0};
   bool stop = false;
   bool running = false;       // an op is executing (on the progress thread or inline)
@@ -118,7 +116,16 @@ struct Communicator::Impl {
   // progresses a p2p `w` to completion), unless an op is running or p2p ops are in flight (then
   // the progress thread does).
   void run_claimed(const Work* w);
-  void kick();  // the progress thread takes the queued ops now, and from now on
+  void help(const Work* w) override { run_claimed(w); }
+  void kick() override;  // the progress thread takes the queued ops now, and from now on
+  bool queued_op(const Work* w) const {  // under mu
+    for (size_t i = 0; i < queue.size(); ++i)
+      if (queue[i].work.get() == w) return true;
+    return false;
+  }
+  // Under mu, by the thread that owns the engine: gives it back, waking the progress thread if
+  // anything is left for it.
+  void release_engine();
   // Progresses the p2p ops in flight (matching any-source receives) until until() holds or none
   // is left. The caller owns the engine (`running`). Throws what the engine's wait throws.
   void progress_p2p(const std::function<bool()>& until);
@@ -149,22 +156,35 @@ struct Communicator::Impl {
     return choose_algo(kind, requested, bytes, size, topo.topo);
   }
   uint64_t signature(OpKind kind, DType dt, ReduceOp op, size_t count, int root, Algo algo, uint64_t extra) {
-    uint64_t h = mix(mix(mix(static_cast<uint64_t>(kind), static_cast<uint64_t>(dt)), static_cast<uint64_t>(op)), count);
-    h = mix(mix(mix(h, static_cast<uint64_t>(root + 1)), static_cast<uint64_t>(algo)), extra);
-    return mix(h, ++coll_seq);
+    const uint64_t what = static_cast<uint64_t>(kind) | static_cast<uint64_t>(dt) << 8 | static_cast<uint64_t>(op) << 16 |
+                          static_cast<uint64_t>(algo) << 24 | static_cast<uint64_t>(static_cast<uint32_t>(root + 1)) << 32;
+    return mix(mix(mix(what, count), extra), ++coll_seq);
   }
-  // Queues `body` as a collective; it runs with its own Ctx (run_one).
-  WorkPtr collective(OpKind kind, DType dt, ReduceOp op, size_t count, int root, Algo algo, uint64_t extra,
-                     std::function<void(Ctx&)> body) {
+  // Queues `d` as a collective, signed with `count` (what the ranks must agree on) and `extra`;
+  // it runs with its own Ctx (run_one).
+  WorkPtr collective(OpDesc&& d, size_t count, uint64_t extra) {
     check_open();
     Op o;
-    o.what = op_kind_name(kind);
-    o.body = std::move(body);
-    o.sig = signature(kind, dt, op, count, root, algo, extra);
-    o.dt = dt;
-    o.rop = op;
+    o.what = op_kind_name(d.kind);
+    d.sig = signature(d.kind, d.dt, d.op, count, d.root, d.algo, extra);
+    o.desc = std::move(d);
     return submit(std::move(o));
   }
+  // The descriptor of a collective: its algorithm picked for `bytes`.
+  OpDesc desc(OpKind kind, DType dt, ReduceOp op, Algo requested, size_t bytes, const void* in, void* out, size_t count,
+              int root = -1) const {
+    OpDesc d;
+    d.kind = kind;
+    d.algo = pick(kind, requested, bytes);
+    d.dt = dt;
+    d.op = op;
+    d.root = root;
+    d.in = in;
+    d.out = out;
+    d.count = count;
+    return d;
+  }
+  void post_p2p(Op& op);
 };
 
 Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Options opts) : impl_(new Impl) {
@@ -250,7 +270,7 @@ Algo Communicator::algo_for(const std::string& op, size_t bytes, CallOptions o) 
 }
 
 WorkPtr Communicator::Impl::submit(Op op) {
-  WorkPtr work = std::make_shared<Work>(op.what, [this](const Work* w) { run_claimed(w); }, [this] { kick(); });
+  WorkPtr work = std::make_shared<Work>(op.what, this);
   op.work = work;
   bool wake;
   {
@@ -287,11 +307,9 @@ void Communicator::Impl::run_claimed(const Work* w) {
   Op op;
   {
     std::lock_guard<std::mutex> lk(mu);
-    if (!running && !stop && npending.load() == 0 &&
-        std::any_of(queue.begin(), queue.end(), [w](const Op& o) { return o.work.get() == w; })) {
+    if (!running && !stop && npending.load() == 0 && queued_op(w)) {
       running = true;
-      op = std::move(queue.front());
-      queue.pop_front();
+      op = queue.pop_front();
       queued.fetch_sub(1);
       if (op.work.get() == w) found = true, eager = false;  // this caller waits at once
     }
@@ -306,16 +324,18 @@ void Communicator::Impl::run_claimed(const Work* w) {
   // p2p ops until `w` completes.
   for (;;) {
     run_one(op);
-    op = Op{};
+    op.work.reset();
     std::lock_guard<std::mutex> lk(mu);
-    if (queue.empty() || stop || (found && queue.front().collective())) break;
-    op = std::move(queue.front());
-    queue.pop_front();
+    if (queue.empty() || stop || (found && queue.front().collective())) {
+      // Only collectives ran (nothing pending): nothing to progress or finish, no clock to read.
+      if (pending.empty()) return release_engine();
+      break;
+    }
+    op = queue.pop_front();
     queued.fetch_sub(1);
     if (op.work.get() == w) found = true, eager = false;
   }
-  // Only collectives ran (nothing pending): nothing to progress or finish, and no clock to read.
-  if (!pending.empty()) {
+  {
     auto in_flight = [&] {
       for (auto& p : pending)
         if (p.work.get() == w) return true;
@@ -346,8 +366,12 @@ void Communicator::Impl::run_claimed(const Work* w) {
       fail_all(std::current_exception());
     }
   }
-  // Handing back under the lock: once `running` is false the destructor may free this.
   std::lock_guard<std::mutex> lk(mu);
+  release_engine();
+}
+
+void Communicator::Impl::release_engine() {
+  // Under the lock: once `running` is false the destructor may free this.
   running = false;
   if (npending.load() != 0 || !queue.empty() || stop || engine->aborted()) {
     cv.notify_all();  // the progress thread takes over what is left
@@ -363,13 +387,13 @@ void Communicator::Impl::fail_all(std::exception_ptr e) {
     pending.clear();
   }
   npending.store(0);
-  std::deque<Op> q;
+  Ring<Op> q;
   {
     std::lock_guard<std::mutex> lk(mu);
     q.swap(queue);
     queued.store(0);
   }
-  for (auto& op : q) op.work->finish(e);
+  while (!q.empty()) q.pop_front().work->finish(e);
 }
 
 bool Communicator::Impl::match_any_source() {
@@ -410,12 +434,13 @@ void Communicator::Impl::run_one(Op& op) {
     if (engine->aborted()) engine->throw_aborted();
     engine->begin_op(op.what, opts.timeout);
     if (op.collective()) {
-      const ReduceOp kernel_op = op.rop == ReduceOp::avg ? ReduceOp::sum : op.rop;  // avg: the body scales
-      Ctx ctx(*engine, shm.get(), scratch, rank, size, op.dt, kernel_op, op.what, op.sig, topo.topo, &topo.hosts);
-      op.body(ctx);
+      const OpDesc& d = op.desc;
+      const ReduceOp kernel_op = d.op == ReduceOp::avg ? ReduceOp::sum : d.op;  // avg: run_op scales
+      Ctx ctx(*engine, shm.get(), scratch, rank, size, d.dt, kernel_op, op.what, d.sig, topo.topo, &topo.hosts);
+      run_op(ctx, d);
       op.work->finish(nullptr);
     } else {
-      op.post(op.work);  // it completes in sweep_p2p
+      post_p2p(op);  // it completes in sweep_p2p
     }
   } catch (const InvalidArgument&) {
     op.work->finish(std::current_exception());  // this op only; the group is fine
@@ -465,8 +490,7 @@ void Communicator::Impl::loop() {
         continue;
       }
       if (!queue.empty() && !running) {
-        op = std::move(queue.front());
-        queue.pop_front();
+        op = queue.pop_front();
         queued.fetch_sub(1);
         running = true;
         eager = true;  // its caller did not wait for it at once (or p2p ops are in flight)
@@ -543,14 +567,18 @@ WorkPtr Communicator::Impl::p2p(Request::Dir dir, void* buf, size_t count, DType
   uint64_t sig = mix(mix(0x5032505ull, tag), static_cast<uint64_t>(dt));
   Op o;
   o.what = what;
-  o.post = [this, dir, buf, bytes, peer, sig, what](const WorkPtr& w) {
-    pending.push_back(P2P{Request{dir, peer, static_cast<uint8_t*>(buf), bytes, sig, what}, w, Clock::now() + opts.timeout});
-    npending.fetch_add(1);
-    if (peer == kAnySource) return;  // posted to a link once its message is seen (match_any_source)
-    if (dir == Request::Dir::recv) w->set_source(peer);
-    engine->post(&pending.back().req);
-  };
+  o.is_p2p = true;
+  o.p2p = Request{dir, peer, static_cast<uint8_t*>(buf), bytes, sig, what};
   return submit(std::move(o));
+}
+
+void Communicator::Impl::post_p2p(Op& op) {
+  const Request& r = op.p2p;
+  pending.push_back(P2P{r, op.work, Clock::now() + opts.timeout});
+  npending.fetch_add(1);
+  if (r.peer == kAnySource) return;  // posted to a link once its message is seen (match_any_source)
+  if (r.dir == Request::Dir::recv) op.work->set_source(r.peer);
+  engine->post(&pending.back().req);
 }
 
 WorkPtr Communicator::send(const void* buf, size_t count, DType dt, int peer, uint64_t tag) {
@@ -579,12 +607,7 @@ WorkPtr Communicator::allreduce(const void* in, void* out, size_t count, DType d
   size_t bytes = Impl::bytes_of(count, dt, "allreduce");
   Impl::check_buf(in, count, "allreduce", "input");
   Impl::check_buf(out, count, "allreduce", "output");
-  Algo a = m.pick(OpKind::allreduce, o.algo, bytes);
-  int n = m.size;
-  return m.collective(OpKind::allreduce, dt, op, count, -1, a, 0, [=](Ctx& c) {
-    shoal::allreduce(c, a, in, out, count);
-    if (op == ReduceOp::avg) scale_avg(out, count, dt, n);
-  });
+  return m.collective(m.desc(OpKind::allreduce, dt, op, o.algo, bytes, in, out, count), count, 0);
 }
 
 WorkPtr Communicator::broadcast(void* buf, size_t count, DType dt, int root, CallOptions o) {
@@ -592,9 +615,7 @@ WorkPtr Communicator::broadcast(void* buf, size_t count, DType dt, int root, Cal
   size_t bytes = Impl::bytes_of(count, dt, "broadcast");
   m.check_rank(root, "broadcast", "root");
   Impl::check_buf(buf, count, "broadcast", "buffer");
-  Algo a = m.pick(OpKind::broadcast, o.algo, bytes);
-  return m.collective(OpKind::broadcast, dt, ReduceOp::sum, count, root, a, 0,
-                      [=](Ctx& c) { shoal::broadcast(c, a, buf, count, root); });
+  return m.collective(m.desc(OpKind::broadcast, dt, ReduceOp::sum, o.algo, bytes, nullptr, buf, count, root), count, 0);
 }
 
 WorkPtr Communicator::reduce(const void* in, void* out, size_t count, DType dt, ReduceOp op, int root, CallOptions o) {
@@ -604,12 +625,7 @@ WorkPtr Communicator::reduce(const void* in, void* out, size_t count, DType dt, 
   m.check_rank(root, "reduce", "root");
   Impl::check_buf(in, count, "reduce", "input");
   if (m.rank == root) Impl::check_buf(out, count, "reduce", "output at the root");
-  Algo a = m.pick(OpKind::reduce, o.algo, bytes);
-  int n = m.size, me = m.rank;
-  return m.collective(OpKind::reduce, dt, op, count, root, a, 0, [=](Ctx& c) {
-    shoal::reduce(c, a, in, out, count, root);
-    if (op == ReduceOp::avg && me == root) scale_avg(out, count, dt, n);
-  });
+  return m.collective(m.desc(OpKind::reduce, dt, op, o.algo, bytes, in, out, count, root), count, 0);
 }
 
 WorkPtr Communicator::allgather(const void* in, void* out, size_t count, DType dt, CallOptions o) {
@@ -630,9 +646,9 @@ WorkPtr Communicator::allgatherv(const void* in, void* out, const std::vector<si
   size_t bytes = Impl::bytes_of(total, dt, "allgather");
   Impl::check_buf(in, counts[m.rank], "allgather", "input");
   Impl::check_buf(out, total, "allgather", "output");
-  Algo a = m.pick(OpKind::allgatherv, o.algo, bytes);
-  return m.collective(OpKind::allgatherv, dt, ReduceOp::sum, total, -1, a, h,
-                      [=](Ctx& c) { shoal::allgatherv(c, a, in, out, counts); });
+  OpDesc d = m.desc(OpKind::allgatherv, dt, ReduceOp::sum, o.algo, bytes, in, out, counts[m.rank]);
+  d.counts = counts;
+  return m.collective(std::move(d), total, h);
 }
 
 WorkPtr Communicator::reduce_scatter(const void* in, void* out, size_t count, DType dt, ReduceOp op, CallOptions o) {
@@ -641,12 +657,7 @@ WorkPtr Communicator::reduce_scatter(const void* in, void* out, size_t count, DT
   size_t bytes = Impl::bytes_of(count * m.size, dt, "reduce_scatter");
   Impl::check_buf(in, count, "reduce_scatter", "input");
   Impl::check_buf(out, count, "reduce_scatter", "output");
-  Algo a = m.pick(OpKind::reduce_scatter, o.algo, bytes);
-  int n = m.size;
-  return m.collective(OpKind::reduce_scatter, dt, op, count, -1, a, 0, [=](Ctx& c) {
-    shoal::reduce_scatter(c, a, in, out, count);
-    if (op == ReduceOp::avg) scale_avg(out, count, dt, n);
-  });
+  return m.collective(m.desc(OpKind::reduce_scatter, dt, op, o.algo, bytes, in, out, count), count, 0);
 }
 
 WorkPtr Communicator::gather(const void* in, void* out, size_t count, DType dt, int root, CallOptions o) {
@@ -655,9 +666,7 @@ WorkPtr Communicator::gather(const void* in, void* out, size_t count, DType dt, 
   m.check_rank(root, "gather", "root");
   Impl::check_buf(in, count, "gather", "input");
   if (m.rank == root) Impl::check_buf(out, count, "gather", "output at the root");
-  Algo a = m.pick(OpKind::gather, o.algo, bytes);
-  return m.collective(OpKind::gather, dt, ReduceOp::sum, count, root, a, 0,
-                      [=](Ctx& c) { shoal::gather(c, a, in, out, count, root); });
+  return m.collective(m.desc(OpKind::gather, dt, ReduceOp::sum, o.algo, bytes, in, out, count, root), count, 0);
 }
 
 WorkPtr Communicator::scatter(const void* in, void* out, size_t count, DType dt, int root, CallOptions o) {
@@ -666,9 +675,7 @@ WorkPtr Communicator::scatter(const void* in, void* out, size_t count, DType dt,
   m.check_rank(root, "scatter", "root");
   if (m.rank == root) Impl::check_buf(in, count, "scatter", "input at the root");
   Impl::check_buf(out, count, "scatter", "output");
-  Algo a = m.pick(OpKind::scatter, o.algo, bytes);
-  return m.collective(OpKind::scatter, dt, ReduceOp::sum, count, root, a, 0,
-                      [=](Ctx& c) { shoal::scatter(c, a, in, out, count, root); });
+  return m.collective(m.desc(OpKind::scatter, dt, ReduceOp::sum, o.algo, bytes, in, out, count, root), count, 0);
 }
 
 WorkPtr Communicator::alltoall(const void* in, void* out, size_t count, DType dt, CallOptions o) {
@@ -679,10 +686,8 @@ WorkPtr Communicator::alltoall(const void* in, void* out, size_t count, DType dt
   size_t bytes = Impl::bytes_of(total, dt, "alltoall");
   Impl::check_buf(in, total, "alltoall", "input");
   Impl::check_buf(out, total, "alltoall", "output");
-  Algo a = m.pick(OpKind::alltoallv, o.algo, bytes);
   // `extra` 1 tells this equal-blocks form from alltoallv in the signature.
-  return m.collective(OpKind::alltoallv, dt, ReduceOp::sum, count, -1, a, 1,
-                      [=](Ctx& c) { shoal::alltoall(c, a, in, out, count); });
+  return m.collective(m.desc(OpKind::alltoallv, dt, ReduceOp::sum, o.algo, bytes, in, out, count), count, 1);
 }
 
 WorkPtr Communicator::alltoallv(const void* in, const std::vector<size_t>& send_counts, void* out,
@@ -699,17 +704,17 @@ WorkPtr Communicator::alltoallv(const void* in, const std::vector<size_t>& send_
   if (send_counts[m.rank] != recv_counts[m.rank])
     throw InvalidArgument("alltoall: this rank sends itself " + std::to_string(send_counts[m.rank]) +
                           " elements but expects " + std::to_string(recv_counts[m.rank]));
-  Algo a = m.pick(OpKind::alltoallv, o.algo, bytes);
+  OpDesc d = m.desc(OpKind::alltoallv, dt, ReduceOp::sum, o.algo, bytes, in, out, 0);
+  d.counts = send_counts;
+  d.counts2 = recv_counts;
   // Counts differ per rank by design, so only the dtype goes into the signature; each message's
   // size is checked by the framing against what the receiver expects.
-  return m.collective(OpKind::alltoallv, dt, ReduceOp::sum, 0, -1, a, 0,
-                      [=](Ctx& c) { shoal::alltoallv(c, a, in, send_counts, out, recv_counts); });
+  return m.collective(std::move(d), 0, 0);
 }
 
 WorkPtr Communicator::barrier() {
   auto& m = *impl_;
-  Algo a = m.pick(OpKind::barrier, Algo::automatic, 0);
-  return m.collective(OpKind::barrier, DType::u8, ReduceOp::sum, 0, -1, a, 0, [=](Ctx& c) { shoal::barrier(c, a); });
+  return m.collective(m.desc(OpKind::barrier, DType::u8, ReduceOp::sum, Algo::automatic, 0, nullptr, nullptr, 0), 0, 0);
 }
 
 void Communicator::abort(const std::string& why) {

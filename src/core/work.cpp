@@ -1,21 +1,46 @@
 #include "shoal/work.h"
 
+#include <algorithm>
+
+#include "transport/futex.h"
+
 namespace shoal {
+namespace {
+constexpr uint8_t kHelped = 1, kKicked = 2;  // asked_
+// state_: finish() has begun (only the first call goes on); the op is done (error_ is final);
+// on_complete() has stored callback_. Whichever of finish() and on_complete() sets its bit second
+// runs the callback.
+constexpr uint32_t kFinishing = 1, kDone = 2, kCallback = 4;
+// A sleeping waiter looks again at least this often (the wake is the normal way out).
+constexpr std::chrono::microseconds kMaxSleep{100000};
+}  // namespace
+
+bool Work::done() const { return state_.load(std::memory_order_acquire) & kDone; }
 
 bool Work::wait(std::chrono::milliseconds timeout) {
-  if (timeout != std::chrono::milliseconds::max()) kick_once();
-  std::unique_lock<std::mutex> lk(mu_);
-  if (!done_ && helper_ && timeout == std::chrono::milliseconds::max()) {  // an unbounded wait may run the op itself
-    auto help = std::move(helper_);
-    helper_ = nullptr;
-    lk.unlock();
-    help(this);
-    lk.lock();
-  }
-  if (timeout == std::chrono::milliseconds::max()) {
-    cv_.wait(lk, [&] { return done_; });
-  } else if (!cv_.wait_for(lk, timeout, [&] { return done_; })) {
-    return false;
+  const bool unbounded = timeout == std::chrono::milliseconds::max();
+  if (!done()) {
+    if (!unbounded) {
+      kick_once();
+    } else if (driver_ && !(asked_.fetch_or(kHelped) & kHelped)) {
+      driver_->help(this);  // an unbounded wait on a queued op may run it on this thread
+    }
+    if (!done()) {
+      const auto deadline = unbounded ? std::chrono::steady_clock::time_point::max() : std::chrono::steady_clock::now() + timeout;
+      waiters_.fetch_add(1, std::memory_order_seq_cst);  // pairs with finish(): it wakes, or we see kDone
+      for (uint32_t s; !((s = state_.load(std::memory_order_seq_cst)) & kDone);) {
+        auto left = kMaxSleep;
+        if (!unbounded) {
+          left = std::min(left, std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now()));
+          if (left.count() <= 0) {
+            waiters_.fetch_sub(1);
+            return false;
+          }
+        }
+        futex_wait(&state_, s, left);
+      }
+      waiters_.fetch_sub(1);
+    }
   }
   if (error_) std::rethrow_exception(error_);
   return true;
@@ -23,52 +48,35 @@ bool Work::wait(std::chrono::milliseconds timeout) {
 
 bool Work::test() const {
   kick_once();
-  std::lock_guard<std::mutex> lk(mu_);
-  return done_;
+  return done();
 }
 
 void Work::run_async() const { kick_once(); }
 
 void Work::kick_once() const {
-  std::function<void()> kick;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (done_ || !kick_) return;
-    kick = std::move(kick_);
-    kick_ = nullptr;
-  }
-  kick();
+  if (done() || !driver_ || (asked_.fetch_or(kKicked) & kKicked)) return;
+  driver_->kick();
 }
 
-std::exception_ptr Work::error() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return error_;
-}
+std::exception_ptr Work::error() const { return done() ? error_ : nullptr; }
 
 void Work::on_complete(std::function<void()> fn) {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!done_) {
-      callback_ = std::move(fn);
-      return;
-    }
+  callback_ = std::move(fn);
+  if (state_.fetch_or(kCallback, std::memory_order_acq_rel) & kDone) {
+    auto cb = std::move(callback_);
+    cb();
   }
-  fn();
 }
 
 void Work::finish(std::exception_ptr err) {
-  std::function<void()> cb;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (done_) return;
-    done_ = true;
-    error_ = err;
-    cb = std::move(callback_);
-    helper_ = nullptr;
-    kick_ = nullptr;
+  if (state_.fetch_or(kFinishing, std::memory_order_acq_rel) & kFinishing) return;
+  error_ = std::move(err);
+  const uint32_t before = state_.fetch_or(kDone, std::memory_order_seq_cst);
+  if (waiters_.load(std::memory_order_seq_cst) != 0) futex_wake_all(&state_);
+  if (before & kCallback) {
+    auto cb = std::move(callback_);
+    cb();
   }
-  cv_.notify_all();
-  if (cb) cb();
 }
 
 }  // namespace shoal
