@@ -252,6 +252,14 @@ class Suite {
   }
   void finish();
   uint64_t seed() const { return uint64_t(cases_) * 101 + 17; }  // differs from case to case
+  // The options of a case's op: algorithm `a`, as a blocking call on half the ranks of every
+  // other case (the ranks of one op need not agree on it).
+  shoal::CallOptions opts(shoal::Algo a) const {
+    shoal::CallOptions o;
+    o.algo = a;
+    o.blocking = (cases_ + rank) % 2 == 1;
+    return o;
+  }
   int cases() const { return cases_; }
 
   shoal::Communicator& c;

@@ -276,7 +276,7 @@ void family_allreduce(Suite& s, Where w) {
         std::memcpy(orig.data(), in.data(), count * esize(dt));
         fill_red_expected(op, dt, s.n, 0, count, seed, expect.data());
         uint8_t* o = inplace ? in.data() : out.data();
-        s.c.allreduce(in.data(), o, count, dt, op, {a})->wait();
+        s.c.allreduce(in.data(), o, count, dt, op, s.opts(a))->wait();
         return first_err({compare_buffers(dt, o, expect.data(), count),
                           inplace ? "" : compare_buffers(dt, in.data(), orig.data(), count).empty() ? "" : "modified its input",
                           in.guards(), out.guards()});
@@ -295,7 +295,7 @@ void family_broadcast(Suite& s, Where w) {
         Buf buf(dt, count), expect(dt, count);
         fill_data(dt, expect.data(), count, seed);
         if (s.rank == root) fill_data(dt, buf.data(), count, seed);
-        s.c.broadcast(buf.data(), count, dt, root, {a})->wait();
+        s.c.broadcast(buf.data(), count, dt, root, s.opts(a))->wait();
         return first_err({compare_buffers(dt, buf.data(), expect.data(), count), buf.guards()});
       });
     });
@@ -318,7 +318,7 @@ void family_reduce(Suite& s, Where w) {
         std::memcpy(orig.data(), in.data(), count * esize(dt));
         const bool is_root = s.rank == root;
         uint8_t* o = is_root ? (inplace ? in.data() : out.data()) : (null_out ? nullptr : out.data());
-        s.c.reduce(in.data(), o, count, dt, op, root, {a})->wait();
+        s.c.reduce(in.data(), o, count, dt, op, root, s.opts(a))->wait();
         std::string err;
         if (is_root) {
           fill_red_expected(op, dt, s.n, 0, count, seed, expect.data());
@@ -343,7 +343,7 @@ void family_allgather(Suite& s, Where w) {
         Buf in(dt, count), out(dt, count * s.n), expect(dt, count * s.n);
         fill_data(dt, in.data(), count, seed + s.rank);
         for (int r = 0; r < s.n; ++r) fill_data(dt, expect.data() + r * count * esize(dt), count, seed + r);
-        s.c.allgather(in.data(), out.data(), count, dt, {a})->wait();
+        s.c.allgather(in.data(), out.data(), count, dt, s.opts(a))->wait();
         return first_err({compare_buffers(dt, out.data(), expect.data(), count * s.n), in.guards(), out.guards()});
       });
     });
@@ -387,7 +387,7 @@ void family_allgatherv(Suite& s, Where w) {
                   fill_data(dt, expect.data() + off * esize(dt), counts[r], seed + r);
                   off += counts[r];
                 }
-                s.c.allgatherv(in.data(), out.data(), counts, dt, {a})->wait();
+                s.c.allgatherv(in.data(), out.data(), counts, dt, s.opts(a))->wait();
                 return first_err({compare_buffers(dt, out.data(), expect.data(), total), in.guards(), out.guards()});
               });
       }
@@ -407,7 +407,7 @@ void family_reduce_scatter(Suite& s, Where w) {
         fill_red_input(op, dt, s.rank, s.n, 0, total, seed, in.data());
         std::memcpy(orig.data(), in.data(), total * esize(dt));
         fill_red_expected(op, dt, s.n, size_t(s.rank) * count, count, seed, expect.data());
-        s.c.reduce_scatter(in.data(), out.data(), count, dt, op, {a})->wait();
+        s.c.reduce_scatter(in.data(), out.data(), count, dt, op, s.opts(a))->wait();
         return first_err({compare_buffers(dt, out.data(), expect.data(), count),
                           compare_buffers(dt, in.data(), orig.data(), total).empty() ? "" : "modified its input",
                           in.guards(), out.guards()});
@@ -428,7 +428,7 @@ void family_gather_scatter(Suite& s, Where w) {
       const size_t total = count * size_t(s.n);
       Buf in(dt, count), out(dt, total), expect(dt, total);
       fill_data(dt, in.data(), count, seed + s.rank);
-      s.c.gather(in.data(), is_root ? out.data() : nullptr, count, dt, root, {a})->wait();
+      s.c.gather(in.data(), is_root ? out.data() : nullptr, count, dt, root, s.opts(a))->wait();
       if (!is_root) return in.guards();
       for (int r = 0; r < s.n; ++r) fill_data(dt, expect.data() + r * count * esize(dt), count, seed + r);
       return first_err({compare_buffers(dt, out.data(), expect.data(), total), in.guards(), out.guards()});
@@ -439,7 +439,7 @@ void family_gather_scatter(Suite& s, Where w) {
       Buf in(dt, total), out(dt, count), expect(dt, count);
       if (is_root) fill_data(dt, in.data(), total, seed);
       fill_data_at(dt, expect.data(), count, seed, size_t(s.rank) * count);
-      s.c.scatter(is_root ? in.data() : nullptr, out.data(), count, dt, root, {a})->wait();
+      s.c.scatter(is_root ? in.data() : nullptr, out.data(), count, dt, root, s.opts(a))->wait();
       return first_err({compare_buffers(dt, out.data(), expect.data(), count), in.guards(), out.guards()});
     });
   });
@@ -469,7 +469,7 @@ void family_alltoall(Suite& s, Where) {
       Buf in(dt, total), out(dt, total), expect(dt, total);
       for (int j = 0; j < n; ++j) fill_data(dt, in.data() + j * count * es, count, seed + s.rank * 1000 + j);
       for (int i = 0; i < n; ++i) fill_data(dt, expect.data() + i * count * es, count, seed + i * 1000 + s.rank);
-      s.c.alltoall(in.data(), out.data(), count, dt)->wait();
+      s.c.alltoall(in.data(), out.data(), count, dt, s.opts(Algo::automatic))->wait();
       return first_err({compare_buffers(dt, out.data(), expect.data(), total), in.guards(), out.guards()});
     });
   });
@@ -494,7 +494,7 @@ void family_alltoall(Suite& s, Where) {
           fill_data(dt, expect.data() + off * es, rc[i], seed + i * 1000 + s.rank);
           off += rc[i];
         }
-        s.c.alltoallv(in.data(), sc, out.data(), rc, dt)->wait();
+        s.c.alltoallv(in.data(), sc, out.data(), rc, dt, s.opts(Algo::automatic))->wait();
         return first_err({compare_buffers(dt, out.data(), expect.data(), rt), in.guards(), out.guards()});
       });
     }
@@ -640,6 +640,38 @@ void family_async(Suite& s, Where) {
       return compare_buffers(DType::f64, b.data(), e.data(), 64);
     });
   }
+
+  s.run("a blocking call behind a queued op runs after it; its Work is complete", [&]() -> std::string {
+    const uint64_t seed = s.seed();
+    Buf a(DType::f32, 333), ae(DType::f32, 333), b(DType::i32, 77), be(DType::i32, 77);
+    fill_red_input(ReduceOp::max, DType::f32, rank, n, 0, 333, seed, a.data());
+    fill_red_expected(ReduceOp::max, DType::f32, n, 0, 333, seed, ae.data());
+    fill_data(DType::i32, be.data(), 77, seed + 1);
+    if (rank == n - 1) fill_data(DType::i32, b.data(), 77, seed + 1);
+    auto queued = s.c.allreduce(a.data(), a.data(), 333, DType::f32, ReduceOp::max);  // not waited for
+    shoal::CallOptions blocking;
+    blocking.blocking = true;
+    auto w = s.c.broadcast(b.data(), 77, DType::i32, n - 1, blocking);
+    if (!queued->test()) return "the op queued before the blocking call had not completed when it returned";
+    if (!w->test() || w->error()) return "a blocking call returned a Work that is not complete, or failed";
+    int ran = 0;
+    w->on_complete([&ran] { ++ran; });
+    if (ran != 1) return "on_complete on a blocking call's Work did not run at once";
+    auto err = compare_buffers(DType::f32, a.data(), ae.data(), 333);
+    if (!err.empty()) return "queued allreduce: " + err;
+    err = compare_buffers(DType::i32, b.data(), be.data(), 77);
+    if (!err.empty()) return "blocking broadcast: " + err;
+    // Alone in the queue, the blocking call runs at once on this thread: many in a row.
+    for (int k = 0; k < 50; ++k) {
+      Buf c(DType::i64, 5), ce(DType::i64, 5);
+      fill_red_input(ReduceOp::sum, DType::i64, rank, n, 0, 5, seed + k, c.data());
+      fill_red_expected(ReduceOp::sum, DType::i64, n, 0, 5, seed + k, ce.data());
+      s.c.allreduce(c.data(), c.data(), 5, DType::i64, ReduceOp::sum, blocking);
+      err = compare_buffers(DType::i64, c.data(), ce.data(), 5);
+      if (!err.empty()) return "blocking allreduce " + std::to_string(k) + ": " + err;
+    }
+    return "";
+  });
 
   s.run("in-place allreduce and broadcast, every root", [&]() -> std::string {
     for (int root = 0; root < n; ++root) {
@@ -921,7 +953,7 @@ TEST(CollectivesAsync, WhoRunsTheOp) {
       struct Done {
         std::atomic<int> order{-1};
         std::thread::id thread;  // that ran the op; none when it had completed before on_complete
-        bool registering = false;
+        std::atomic<bool> registering{false};  // read by the thread that runs the op
       };
       std::atomic<int> finished{0};
       auto watch = [&](const WorkPtr& w, Done& d) {

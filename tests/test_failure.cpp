@@ -287,28 +287,32 @@ class PeerNeverCalls : public ::testing::TestWithParam<std::tuple<std::string, s
 
 // Rank 0 calls the op, rank 1 never does (it stays alive and idle): rank 0 fails at the group's
 // timeout (2 s) with a Timeout naming the op. Rank 1's next op then fails promptly too.
+// "blocking": the allreduce as a blocking call, which runs on the caller's thread and throws.
 TEST_P(PeerNeverCalls, TimesOut) {
   const auto& [transport, op] = GetParam();
   auto before = dev_shm_now();
   auto res = run_ranks_outcomes(2, failure_config(transport, 2), [op = op](Communicator& c) {
     std::vector<float> a(4096, 1.0f), b(4096, 0.0f);
+    CallOptions o;
+    o.blocking = op == "blocking";
     if (c.rank() == 0) {
       SetDoneOnExit done;
       mark_time();
-      if (op == "allreduce") c.allreduce(a.data(), b.data(), 4096, DType::f32, ReduceOp::sum)->wait();
+      if (op == "allreduce" || op == "blocking") c.allreduce(a.data(), b.data(), 4096, DType::f32, ReduceOp::sum, o)->wait();
       if (op == "barrier") c.barrier()->wait();
       if (op == "recv") c.recv(b.data(), 4096, DType::f32, 1, 3)->wait();
       SH_CHECK(false) << op << " succeeded without the peer";
     }
     wait_done(15);
     mark_time();
-    c.allreduce(a.data(), b.data(), 4096, DType::f32, ReduceOp::sum)->wait();
+    c.allreduce(a.data(), b.data(), 4096, DType::f32, ReduceOp::sum, o)->wait();
     SH_CHECK(false) << "allreduce succeeded on rank 1 after rank 0 timed out";
   });
   const auto& r0 = res.ranks[0];
   const auto& r1 = res.ranks[1];
+  const std::string named = op == "blocking" ? "allreduce" : op;
   EXPECT_EQ(r0.error_kind, "Timeout") << res.describe();
-  EXPECT_NE(r0.message.find(op), std::string::npos) << "the Timeout does not name the op: " << r0.message;
+  EXPECT_NE(r0.message.find(named), std::string::npos) << "the Timeout does not name the op: " << r0.message;
   EXPECT_GE(r0.fail_seconds, 1.5) << res.describe();
   EXPECT_LT(r0.fail_seconds, 5.0) << res.describe();
   EXPECT_FALSE(r1.hung) << res.describe();
@@ -320,7 +324,7 @@ TEST_P(PeerNeverCalls, TimesOut) {
 
 INSTANTIATE_TEST_SUITE_P(All, PeerNeverCalls,
                          ::testing::Combine(::testing::Values("shm", "tcp"),
-                                            ::testing::Values("allreduce", "barrier", "recv")),
+                                            ::testing::Values("allreduce", "blocking", "barrier", "recv")),
                          [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& i) {
                            return std::get<0>(i.param) + "_" + std::get<1>(i.param);
                          });

@@ -58,6 +58,10 @@ struct Options {
 
 struct CallOptions {
   Algo algo = Algo::automatic;  // SHOAL_ALGO applies when this is automatic
+  // The call returns once the op has completed, as MPI's blocking calls do, and throws its error;
+  // the Work it returns is complete. When no other op is queued or running the op runs on the
+  // calling thread without a Work of its own: the cheapest way to run a small op.
+  bool blocking = false;
 };
 
 using WorkPtr = std::shared_ptr<Work>;

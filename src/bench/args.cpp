@@ -88,6 +88,8 @@ std::string usage() {
       "  --floors               first measure this machine's memory bandwidth B (a copy, one thread per core)\n"
       "                         and a cache-line round trip between two cores; print each row's time over\n"
       "                         them: allreduce's memory floor 2*p*n/B, and the round trip\n"
+      "  --queued               run shoal's ops as calls that return a Work, then wait for it (as torch's\n"
+      "                         backend does), instead of blocking calls (CallOptions::blocking)\n"
       "  --iters N              timed iterations per size (default adaptive: ~0.2 s, 3..100000)\n"
       "  --warmup N             untimed iterations per size (default 5, or 2 from 8M)\n"
       "SIZE is the nccl-tests size: the buffer of allreduce/broadcast/reduce/sendrecv, the total\n"
@@ -162,6 +164,8 @@ Config parse_args(const std::vector<std::string>& args) {
       c.mpirun_args = next();
     } else if (a == "--floors") {
       c.floors = true;
+    } else if (a == "--queued") {
+      c.queued = true;
     } else if (a == "--json") {
       c.json_path = next();
     } else if (a == "--iters" || a == "-i" || a == "--iterations") {

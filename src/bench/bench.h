@@ -44,6 +44,7 @@ struct Config {
   std::string mpirun_args;  // extra arguments for mpirun (--vs ompi), split at spaces
   std::string json_path;
   bool floors = false;  // measure the machine's limits first and print each row against them
+  bool queued = false;  // shoal's ops return a Work waited for at once, instead of blocking calls
   int iters = 0;    // 0 = adaptive
   int warmup = -1;  // -1 = by size (5 below 8 MiB, 2 from there)
   std::vector<std::string> argv;  // the original arguments, passed on to the ranks
@@ -107,7 +108,7 @@ class Runner {
   virtual void barrier() = 0;
 };
 
-std::unique_ptr<Runner> make_shoal_runner(Communicator& comm, Algo algo);
+std::unique_ptr<Runner> make_shoal_runner(Communicator& comm, Algo algo, bool queued);
 
 // Gloo over its TCP transport on 127.0.0.1, rendezvous through `store` (keys under "bench-gloo/").
 // Returns null with `why` set when built without Gloo.

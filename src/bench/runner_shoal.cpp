@@ -1,5 +1,7 @@
-// shoal-bench: the shoal side. Each op is submitted and waited for before the next one, as a
-// synchronous caller (and the Gloo side) does; roots are rank 0; sendrecv sends rank 0 -> rank 1.
+// shoal-bench: the shoal side. Each op completes before the next one starts, as for a synchronous
+// caller (and the Gloo and Open MPI sides): a blocking call (CallOptions::blocking), or with
+// --queued a call that returns a Work, waited for at once (the path of torch's backend). Roots are
+// rank 0; sendrecv sends rank 0 -> rank 1.
 #include "bench/bench.h"
 
 namespace shoal::bench {
@@ -8,7 +10,10 @@ namespace {
 
 class ShoalRunner final : public Runner {
  public:
-  ShoalRunner(Communicator& comm, Algo algo) : comm_(comm) { co_.algo = algo; }
+  ShoalRunner(Communicator& comm, Algo algo, bool queued) : comm_(comm) {
+    co_.algo = algo;
+    co_.blocking = !queued;
+  }
   const char* name() const override { return "shoal"; }
 
   void run(const Spec& s, Buffers& b) override {
@@ -61,8 +66,8 @@ class ShoalRunner final : public Runner {
 
 }  // namespace
 
-std::unique_ptr<Runner> make_shoal_runner(Communicator& comm, Algo algo) {
-  return std::make_unique<ShoalRunner>(comm, algo);
+std::unique_ptr<Runner> make_shoal_runner(Communicator& comm, Algo algo, bool queued) {
+  return std::make_unique<ShoalRunner>(comm, algo, queued);
 }
 
 }  // namespace shoal::bench

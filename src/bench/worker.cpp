@@ -433,7 +433,7 @@ int worker_main(const Config& cfg) {
   std::vector<std::string> setup_errors;
   be.names.push_back("shoal");
   be.lines.push_back("");
-  runners.push_back(make_shoal_runner(comm, cfg.algo));
+  runners.push_back(make_shoal_runner(comm, cfg.algo, cfg.queued));
   setup_errors.push_back("");
   auto add_peer = [&](const std::string& name, const std::function<std::unique_ptr<Runner>(std::string*)>& make) {
     std::unique_ptr<Runner> r;

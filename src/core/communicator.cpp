@@ -5,6 +5,7 @@
 #include "shoal/communicator.h"
 
 #include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <cstring>
 #include <functional>
@@ -100,6 +101,9 @@ struct Communicator::Impl final : WorkDriver {
 
   void loop();
   void run_one(Op& op);
+  // Runs a collective on the thread that owns the engine. A failure other than a bad argument
+  // aborts the group (every queued op fails with it); the error is returned.
+  std::exception_ptr run_collective(const char* what, const OpDesc& d);
   void sweep_p2p();
   bool match_any_source();  // posts pending any-source receives whose message has arrived
   void fail_all(std::exception_ptr e);
@@ -161,15 +165,25 @@ struct Communicator::Impl final : WorkDriver {
     return mix(mix(mix(what, count), extra), ++coll_seq);
   }
   // Queues `d` as a collective, signed with `count` (what the ranks must agree on) and `extra`;
-  // it runs with its own Ctx (run_one).
-  WorkPtr collective(OpDesc&& d, size_t count, uint64_t extra) {
+  // it runs with its own Ctx (run_one). A blocking call runs it at once on this thread when the
+  // engine is free and nothing is queued (run_now), or waits for it.
+  WorkPtr collective(OpDesc&& d, size_t count, uint64_t extra, bool blocking) {
     check_open();
-    Op o;
-    o.what = op_kind_name(d.kind);
+    const char* what = op_kind_name(d.kind);
     d.sig = signature(d.kind, d.dt, d.op, count, d.root, d.algo, extra);
+    if (blocking && run_now(what, d)) return completed(d.kind);
+    Op o;
+    o.what = what;
     o.desc = std::move(d);
-    return submit(std::move(o));
+    WorkPtr w = submit(std::move(o));
+    if (blocking) w->wait();
+    return w;
   }
+  // Runs `d` on this thread if the engine is free and no op is queued; false if it is not.
+  bool run_now(const char* what, const OpDesc& d);
+  // A completed Work for blocking calls that ran at once, one per kind of op (shared: a completed
+  // Work does not change).
+  static WorkPtr completed(OpKind kind);
   // The descriptor of a collective: its algorithm picked for `bytes`.
   OpDesc desc(OpKind kind, DType dt, ReduceOp op, Algo requested, size_t bytes, const void* in, void* out, size_t count,
               int root = -1) const {
@@ -430,18 +444,14 @@ void Communicator::Impl::sweep_p2p() {
 }
 
 void Communicator::Impl::run_one(Op& op) {
+  if (op.collective()) {
+    op.work->finish(run_collective(op.what, op.desc));
+    return;
+  }
   try {
     if (engine->aborted()) engine->throw_aborted();
     engine->begin_op(op.what, opts.timeout);
-    if (op.collective()) {
-      const OpDesc& d = op.desc;
-      const ReduceOp kernel_op = d.op == ReduceOp::avg ? ReduceOp::sum : d.op;  // avg: run_op scales
-      Ctx ctx(*engine, shm.get(), scratch, rank, size, d.dt, kernel_op, op.what, d.sig, topo.topo, &topo.hosts);
-      run_op(ctx, d);
-      op.work->finish(nullptr);
-    } else {
-      post_p2p(op);  // it completes in sweep_p2p
-    }
+    post_p2p(op);  // it completes in sweep_p2p
   } catch (const InvalidArgument&) {
     op.work->finish(std::current_exception());  // this op only; the group is fine
   } catch (...) {
@@ -451,6 +461,53 @@ void Communicator::Impl::run_one(Op& op) {
     op.work->finish(e);
     fail_all(e);
   }
+}
+
+std::exception_ptr Communicator::Impl::run_collective(const char* what, const OpDesc& d) {
+  try {
+    if (engine->aborted()) engine->throw_aborted();
+    engine->begin_op(what, opts.timeout);
+    const ReduceOp kernel_op = d.op == ReduceOp::avg ? ReduceOp::sum : d.op;  // avg: run_op scales
+    Ctx ctx(*engine, shm.get(), scratch, rank, size, d.dt, kernel_op, what, d.sig, topo.topo, &topo.hosts);
+    run_op(ctx, d);
+    return nullptr;
+  } catch (const InvalidArgument&) {
+    return std::current_exception();  // this op only; the group is fine
+  } catch (...) {
+    auto e = std::current_exception();
+    engine->abort("an earlier op failed");  // no-op if already aborted with its own reason
+    engine->close_links();
+    fail_all(e);
+    return e;
+  }
+}
+
+bool Communicator::Impl::run_now(const char* what, const OpDesc& d) {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (running || stop || !queue.empty() || npending.load() != 0) return false;
+    running = true;
+    eager = false;  // this caller waits at once
+  }
+  std::exception_ptr e = run_collective(what, d);
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    release_engine();
+  }
+  if (e) std::rethrow_exception(e);
+  return true;
+}
+
+WorkPtr Communicator::Impl::completed(OpKind kind) {
+  static const auto works = [] {
+    std::array<WorkPtr, static_cast<size_t>(OpKind::barrier) + 1> w;
+    for (size_t k = 0; k < w.size(); ++k) {
+      w[k] = std::make_shared<Work>(op_kind_name(static_cast<OpKind>(k)));
+      w[k]->finish(nullptr);
+    }
+    return w;
+  }();
+  return works[static_cast<size_t>(kind)];
 }
 
 void Communicator::Impl::loop() {
@@ -607,7 +664,7 @@ WorkPtr Communicator::allreduce(const void* in, void* out, size_t count, DType d
   size_t bytes = Impl::bytes_of(count, dt, "allreduce");
   Impl::check_buf(in, count, "allreduce", "input");
   Impl::check_buf(out, count, "allreduce", "output");
-  return m.collective(m.desc(OpKind::allreduce, dt, op, o.algo, bytes, in, out, count), count, 0);
+  return m.collective(m.desc(OpKind::allreduce, dt, op, o.algo, bytes, in, out, count), count, 0, o.blocking);
 }
 
 WorkPtr Communicator::broadcast(void* buf, size_t count, DType dt, int root, CallOptions o) {
@@ -615,7 +672,7 @@ WorkPtr Communicator::broadcast(void* buf, size_t count, DType dt, int root, Cal
   size_t bytes = Impl::bytes_of(count, dt, "broadcast");
   m.check_rank(root, "broadcast", "root");
   Impl::check_buf(buf, count, "broadcast", "buffer");
-  return m.collective(m.desc(OpKind::broadcast, dt, ReduceOp::sum, o.algo, bytes, nullptr, buf, count, root), count, 0);
+  return m.collective(m.desc(OpKind::broadcast, dt, ReduceOp::sum, o.algo, bytes, nullptr, buf, count, root), count, 0, o.blocking);
 }
 
 WorkPtr Communicator::reduce(const void* in, void* out, size_t count, DType dt, ReduceOp op, int root, CallOptions o) {
@@ -625,7 +682,7 @@ WorkPtr Communicator::reduce(const void* in, void* out, size_t count, DType dt, 
   m.check_rank(root, "reduce", "root");
   Impl::check_buf(in, count, "reduce", "input");
   if (m.rank == root) Impl::check_buf(out, count, "reduce", "output at the root");
-  return m.collective(m.desc(OpKind::reduce, dt, op, o.algo, bytes, in, out, count, root), count, 0);
+  return m.collective(m.desc(OpKind::reduce, dt, op, o.algo, bytes, in, out, count, root), count, 0, o.blocking);
 }
 
 WorkPtr Communicator::allgather(const void* in, void* out, size_t count, DType dt, CallOptions o) {
@@ -648,7 +705,7 @@ WorkPtr Communicator::allgatherv(const void* in, void* out, const std::vector<si
   Impl::check_buf(out, total, "allgather", "output");
   OpDesc d = m.desc(OpKind::allgatherv, dt, ReduceOp::sum, o.algo, bytes, in, out, counts[m.rank]);
   d.counts = counts;
-  return m.collective(std::move(d), total, h);
+  return m.collective(std::move(d), total, h, o.blocking);
 }
 
 WorkPtr Communicator::reduce_scatter(const void* in, void* out, size_t count, DType dt, ReduceOp op, CallOptions o) {
@@ -657,7 +714,7 @@ WorkPtr Communicator::reduce_scatter(const void* in, void* out, size_t count, DT
   size_t bytes = Impl::bytes_of(count * m.size, dt, "reduce_scatter");
   Impl::check_buf(in, count, "reduce_scatter", "input");
   Impl::check_buf(out, count, "reduce_scatter", "output");
-  return m.collective(m.desc(OpKind::reduce_scatter, dt, op, o.algo, bytes, in, out, count), count, 0);
+  return m.collective(m.desc(OpKind::reduce_scatter, dt, op, o.algo, bytes, in, out, count), count, 0, o.blocking);
 }
 
 WorkPtr Communicator::gather(const void* in, void* out, size_t count, DType dt, int root, CallOptions o) {
@@ -666,7 +723,7 @@ WorkPtr Communicator::gather(const void* in, void* out, size_t count, DType dt, 
   m.check_rank(root, "gather", "root");
   Impl::check_buf(in, count, "gather", "input");
   if (m.rank == root) Impl::check_buf(out, count, "gather", "output at the root");
-  return m.collective(m.desc(OpKind::gather, dt, ReduceOp::sum, o.algo, bytes, in, out, count, root), count, 0);
+  return m.collective(m.desc(OpKind::gather, dt, ReduceOp::sum, o.algo, bytes, in, out, count, root), count, 0, o.blocking);
 }
 
 WorkPtr Communicator::scatter(const void* in, void* out, size_t count, DType dt, int root, CallOptions o) {
@@ -675,7 +732,7 @@ WorkPtr Communicator::scatter(const void* in, void* out, size_t count, DType dt,
   m.check_rank(root, "scatter", "root");
   if (m.rank == root) Impl::check_buf(in, count, "scatter", "input at the root");
   Impl::check_buf(out, count, "scatter", "output");
-  return m.collective(m.desc(OpKind::scatter, dt, ReduceOp::sum, o.algo, bytes, in, out, count, root), count, 0);
+  return m.collective(m.desc(OpKind::scatter, dt, ReduceOp::sum, o.algo, bytes, in, out, count, root), count, 0, o.blocking);
 }
 
 WorkPtr Communicator::alltoall(const void* in, void* out, size_t count, DType dt, CallOptions o) {
@@ -687,7 +744,7 @@ WorkPtr Communicator::alltoall(const void* in, void* out, size_t count, DType dt
   Impl::check_buf(in, total, "alltoall", "input");
   Impl::check_buf(out, total, "alltoall", "output");
   // `extra` 1 tells this equal-blocks form from alltoallv in the signature.
-  return m.collective(m.desc(OpKind::alltoallv, dt, ReduceOp::sum, o.algo, bytes, in, out, count), count, 1);
+  return m.collective(m.desc(OpKind::alltoallv, dt, ReduceOp::sum, o.algo, bytes, in, out, count), count, 1, o.blocking);
 }
 
 WorkPtr Communicator::alltoallv(const void* in, const std::vector<size_t>& send_counts, void* out,
@@ -709,12 +766,12 @@ WorkPtr Communicator::alltoallv(const void* in, const std::vector<size_t>& send_
   d.counts2 = recv_counts;
   // Counts differ per rank by design, so only the dtype goes into the signature; each message's
   // size is checked by the framing against what the receiver expects.
-  return m.collective(std::move(d), 0, 0);
+  return m.collective(std::move(d), 0, 0, o.blocking);
 }
 
 WorkPtr Communicator::barrier() {
   auto& m = *impl_;
-  return m.collective(m.desc(OpKind::barrier, DType::u8, ReduceOp::sum, Algo::automatic, 0, nullptr, nullptr, 0), 0, 0);
+  return m.collective(m.desc(OpKind::barrier, DType::u8, ReduceOp::sum, Algo::automatic, 0, nullptr, nullptr, 0), 0, 0, false);
 }
 
 void Communicator::abort(const std::string& why) {
