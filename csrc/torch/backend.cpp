@@ -491,24 +491,28 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::launch(c10d::OpType type, const cha
   return work;
 }
 
-void BackendShoal::allreduce_inline(at::Tensor& t, const c10d::ReduceOp& rop) {
-  TORCH_CHECK(t.device().is_cpu() && t.is_contiguous() && !t.is_sparse(),
-              "shoal: all_reduce_ needs a contiguous dense CPU tensor (use torch.distributed.all_reduce for others)");
+bool BackendShoal::allreduce_inline(at::Tensor& t, const c10d::ReduceOp& rop) {
+  if (!t.device().is_cpu() || t.layout() != c10::kStrided || !t.is_contiguous() || t.is_complex()) return false;
   const shoal::DType dt = reduce_dtype(t, "all_reduce_");
   const shoal::ReduceOp op = reduce_op(rop, dt, t, "all_reduce_");
   OpContext ctx{c10d::OpType::ALLREDUCE, rank_, size_, group_};
   ++seq_;
-  shoal::WorkPtr w;
   try {
+    // A blocking call, outside submit_mu_ (abort() takes it while the op runs); the reference
+    // keeps the communicator alive through a shutdown() meanwhile.
+    std::shared_ptr<shoal::Communicator> comm;
     {
       std::lock_guard<std::mutex> lk(submit_mu_);
-      if (!comm_) throw shoal::Error("the process group was shut down or destroyed");
-      w = comm_->allreduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), dt, op);
+      comm = comm_;
     }
-    w->wait();
+    if (!comm) throw shoal::Error("the process group was shut down or destroyed");
+    shoal::CallOptions o;
+    o.blocking = true;
+    comm->allreduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), dt, op, o);
   } catch (...) {
     std::rethrow_exception(torch_error(ctx.str(), std::current_exception()));
   }
+  return true;
 }
 
 // ---- collectives ----

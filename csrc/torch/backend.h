@@ -127,8 +127,9 @@ class BackendShoal : public c10d::Backend {
   // All-reduce of a contiguous CPU tensor in place, on the calling thread, returning when done:
   // no Work, no future, none of torch.distributed's Python (shoal.torch.all_reduce_, as
   // DeepSpeed's inference_all_reduce_ for CPU tensor-parallel inference). One op of the group's
-  // sequence, as dist.all_reduce.
-  void allreduce_inline(at::Tensor& t, const c10d::ReduceOp& op);
+  // sequence, as dist.all_reduce. Returns false, doing nothing, for a tensor that is not a
+  // contiguous dense CPU tensor of a real dtype (the caller goes through dist.all_reduce).
+  bool allreduce_inline(at::Tensor& t, const c10d::ReduceOp& op);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;

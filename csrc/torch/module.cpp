@@ -61,7 +61,8 @@ Options of the shoal backend; pass as ``init_process_group("shoal", pg_options=.
            "Aborts the group: every peer's op fails at once, naming `why`.")
       .def("allreduce_inline", &BackendShoal::allreduce_inline, py::arg("tensor"), py::arg("op"),
            py::call_guard<py::gil_scoped_release>(),
-           "All-reduce of a contiguous CPU tensor in place, returning when done (shoal.torch.all_reduce_).");
+           "All-reduce of a contiguous CPU tensor in place, returning when done (shoal.torch.all_reduce_); "
+           "False, doing nothing, for another tensor.");
 
   // The creator torch.distributed calls (register_backend(..., extended_api=True)).
   m.def(

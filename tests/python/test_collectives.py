@@ -65,6 +65,9 @@ def w_allreduce_inline(rank, n):
     shoal.torch.all_reduce_(t)
     assert_equal(t, reduce_ref([data(r, (6, 5), torch.float32, seed=50).t() for r in range(n)], "SUM", torch.float32),
                  "all_reduce_ of a transposed tensor")
+    m = torch.tensor([float(rank), -float(rank)])  # a ReduceOp object, not torch's enum value
+    shoal.torch.all_reduce_(m, dist.ReduceOp(dist.ReduceOp.MAX))
+    assert m.tolist() == [n - 1.0, 0.0], m
     z = torch.full((4,), complex(rank, 1), dtype=torch.complex64)  # through dist.all_reduce
     shoal.torch.all_reduce_(z)
     assert torch.equal(z, torch.full((4,), complex(sum(range(n)), n), dtype=torch.complex64)), z

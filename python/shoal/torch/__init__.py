@@ -60,34 +60,45 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks: bool = False) ->
     pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 
 
-_inline: dict = {}  # the last group all_reduce_ used -> its shoal backend (one entry)
+_inline: dict = {}  # the last group argument of all_reduce_ -> (its process group, its shoal backend)
+_SUM = dist.ReduceOp.SUM
+_SUM_OP = dist.ReduceOp(_SUM)  # what the backend takes (made once: each conversion costs ~1 us)
 
 
-def all_reduce_(tensor, op=dist.ReduceOp.SUM, group=None):
+def _inline_entry(group):
+    """(process group, shoal backend) for all_reduce_'s `group`, or ValueError."""
+    import torch
+
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if pg is dist.GroupMember.NON_GROUP_MEMBER:
+        return pg, None
+    try:
+        backend = pg._get_backend(torch.device("cpu"))
+    except RuntimeError as e:
+        raise ValueError(f"shoal.torch.all_reduce_: the group has no CPU backend ({e})") from None
+    if not isinstance(backend, BackendShoal):
+        raise ValueError(f"shoal.torch.all_reduce_: the group runs on {type(backend).__name__}, not shoal")
+    _inline.clear()
+    _inline[group] = (pg, backend)
+    return pg, backend
+
+
+def all_reduce_(tensor, op=_SUM, group=None):
     """``torch.distributed.all_reduce(tensor, op, group)`` for a contiguous CPU tensor on a shoal
     group, without torch.distributed's Python, Work or future: the op runs on this thread and is
     done when this returns (as DeepSpeed's ``inference_all_reduce_``, for CPU tensor-parallel
     inference, where a small all_reduce per layer makes torch's per-call cost count). Other tensors
     (not contiguous, not on the CPU, sparse, complex) go through ``torch.distributed.all_reduce``.
     Returns `tensor`."""
-    import torch
-
-    pg = group if group is not None else dist.distributed_c10d._get_default_group()
-    if pg is dist.GroupMember.NON_GROUP_MEMBER:  # as dist.all_reduce: nothing to do here
+    entry = _inline.get(group)
+    # The default group is looked up again when it changed (destroyed and made anew).
+    if entry is None or (group is None and entry[0] is not dist.distributed_c10d._world.default_pg):
+        entry = _inline_entry(group)
+    pg, backend = entry
+    if backend is None:  # not a member of the group: nothing to do here, as dist.all_reduce
         return tensor
-    backend = _inline.get(pg)
-    if backend is None:
-        try:
-            backend = pg._get_backend(torch.device("cpu"))
-        except RuntimeError as e:
-            raise ValueError(f"shoal.torch.all_reduce_: the group has no CPU backend ({e})") from None
-        if not isinstance(backend, BackendShoal):
-            raise ValueError(f"shoal.torch.all_reduce_: the group runs on {type(backend).__name__}, not shoal")
-        _inline.clear()
-        _inline[pg] = backend
-    if tensor.layout == torch.strided and tensor.is_cpu and not tensor.is_complex() and tensor.is_contiguous():
-        backend.allreduce_inline(tensor, op)
-    else:
+    rop = _SUM_OP if op is _SUM else op if isinstance(op, dist.ReduceOp) else dist.ReduceOp(op)
+    if not backend.allreduce_inline(tensor, rop):
         dist.all_reduce(tensor, op, group=pg)
     return tensor
 
