@@ -77,6 +77,7 @@ void allgatherv_direct(Ctx& c, const void* in, void* out, const std::vector<size
 void gather_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
   Sig s(OpKind::gather, c);
   s.add(count).add(static_cast<uint64_t>(root));
+  if (small_fits(count * c.esize)) return gather_small(c, in, out, count * c.esize, root, s.value());
   gather_impl(c, in, out, uniform_blocks(count, c.size, c.esize), root, s.value());
 }
 

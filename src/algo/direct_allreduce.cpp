@@ -45,7 +45,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   if (small_fits(count * c.esize)) return allreduce_small(c, in, out, count, root, s.value());
   begin(c, s.value());
   const bool writes_out = root < 0 || r == root;
-  std::vector<const void*> srcs(p);
+  RankPtrs srcs(p);
   const size_t sb = slot_bytes(g);
 
   if (n * static_cast<size_t>(p) <= kReduceAllGroupBytes && n <= sb) {

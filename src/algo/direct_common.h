@@ -148,12 +148,29 @@ const uint8_t* small_wait(Ctx& c, int j, const Small& s, size_t bytes);
 void small_wait_all(Ctx& c, const Small& s);  // every other rank
 // This rank reads no more of the peers' slots for op `s`.
 void small_done(Ctx& c, const Small& s);
+// One pointer per rank (an op's sources for reduce_many), on the stack up to kStackRanks ranks:
+// a vector on the heap cost a small op as much as its data path.
+class RankPtrs {
+ public:
+  explicit RankPtrs(int p) {
+    if (p > kStackRanks) heap_.resize(p);
+  }
+  const void*& operator[](int j) { return data()[j]; }
+  const void** data() { return heap_.empty() ? stack_ : heap_.data(); }
+
+ private:
+  static constexpr int kStackRanks = 64;
+  const void* stack_[kStackRanks];
+  std::vector<const void*> heap_;
+};
 // Whether an op that puts `bytes` in each slot runs as a small op.
 inline bool small_fits(size_t bytes) { return bytes <= kSmallBytes; }
 // The small versions of the direct ops (root < 0: all ranks want the result).
 void allreduce_small(Ctx& c, const void* in, void* out, size_t count, int root, uint64_t sig);
 void broadcast_small(Ctx& c, void* buf, size_t count, int root, uint64_t sig);
 void gather_small(Ctx& c, const void* in, void* out, const Blocks& b, int root, uint64_t sig);
+// gather_small of p blocks of `bytes` each (gather: no Blocks to allocate).
+void gather_small(Ctx& c, const void* in, void* out, size_t bytes, int root, uint64_t sig);
 void scatter_small(Ctx& c, const void* in, void* out, size_t count, int root, uint64_t sig);
 void reduce_scatter_small(Ctx& c, const void* in, void* out, size_t count, uint64_t sig);
 void alltoall_small(Ctx& c, const void* in, void* out, size_t count, uint64_t sig);

@@ -38,7 +38,7 @@ void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count) {
   pe = std::max<size_t>(pe, 1);
   const size_t nchunks = std::max<size_t>(1, (count + pe - 1) / pe);
   auto clen = [&](size_t m) { return std::min(pe, count - std::min(count, m * pe)); };
-  std::vector<const void*> srcs(p);
+  RankPtrs srcs(p);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (ph < nchunks) {
       const size_t m = ph, len = clen(m);

@@ -130,7 +130,7 @@ void allreduce_small(Ctx& c, const void* in, void* out, size_t count, int root, 
   copy_bytes(small_data(c, s, n), in, n);
   small_publish(c, s);
   if (root < 0 || r == root) {
-    std::vector<const void*> srcs(p);
+    RankPtrs srcs(p);
     for (int j = 0; j < p; ++j) srcs[j] = j == r ? in : small_wait(c, j, s, n);
     if (count) reduce_many(out, srcs.data(), p, count, c.dt, c.op);
   }
@@ -146,17 +146,31 @@ void broadcast_small(Ctx& c, void* buf, size_t count, int root, uint64_t sig) {
   small_done(c, s);
 }
 
-void gather_small(Ctx& c, const void* in, void* out, const Blocks& b, int root, uint64_t sig) {
+namespace {
+// Block j is bytes [off(j), off(j) + len(j)) of the output.
+template <class Off, class Len>
+void gather_small_blocks(Ctx& c, const void* in, void* out, Off off, Len len, int root, uint64_t sig) {
   const int p = c.size, r = c.rank;
-  const Small s = small_begin(c, sig, b.len[r]);
-  copy_bytes(small_data(c, s, b.len[r]), in, b.len[r]);
+  const Small s = small_begin(c, sig, len(r));
+  copy_bytes(small_data(c, s, len(r)), in, len(r));
   small_publish(c, s);
   if (root < 0 || r == root) {
-    copy_bytes(u8(out) + b.off[r], in, b.len[r]);
+    copy_bytes(u8(out) + off(r), in, len(r));
     for (int j = 0; j < p; ++j)
-      if (j != r) copy_bytes(u8(out) + b.off[j], small_wait(c, j, s, b.len[j]), b.len[j]);
+      if (j != r) copy_bytes(u8(out) + off(j), small_wait(c, j, s, len(j)), len(j));
   }
   small_done(c, s);
+}
+}  // namespace
+
+void gather_small(Ctx& c, const void* in, void* out, const Blocks& b, int root, uint64_t sig) {
+  gather_small_blocks(
+      c, in, out, [&](int j) { return b.off[j]; }, [&](int j) { return b.len[j]; }, root, sig);
+}
+
+void gather_small(Ctx& c, const void* in, void* out, size_t bytes, int root, uint64_t sig) {
+  gather_small_blocks(
+      c, in, out, [=](int j) { return static_cast<size_t>(j) * bytes; }, [=](int) { return bytes; }, root, sig);
 }
 
 void scatter_small(Ctx& c, const void* in, void* out, size_t count, int root, uint64_t sig) {
@@ -177,7 +191,7 @@ void reduce_scatter_small(Ctx& c, const void* in, void* out, size_t count, uint6
   const Small s = small_begin(c, sig, all);
   copy_bytes(small_data(c, s, all), in, all);
   small_publish(c, s);
-  std::vector<const void*> srcs(p);
+  RankPtrs srcs(p);
   for (int j = 0; j < p; ++j) srcs[j] = (j == r ? u8(in) : small_wait(c, j, s, all)) + static_cast<size_t>(r) * bs;
   if (count) reduce_many(out, srcs.data(), p, count, c.dt, c.op);
   small_done(c, s);
