@@ -294,13 +294,14 @@ TEST_P(PeerNeverCalls, TimesOut) {
   auto res = run_ranks_outcomes(2, failure_config(transport, 2), [op = op](Communicator& c) {
     std::vector<float> a(4096, 1.0f), b(4096, 0.0f);
     CallOptions o;
-    o.blocking = op == "blocking";
+    o.blocking = op == "blocking" || op == "recv_blocking";
     if (c.rank() == 0) {
       SetDoneOnExit done;
       mark_time();
       if (op == "allreduce" || op == "blocking") c.allreduce(a.data(), b.data(), 4096, DType::f32, ReduceOp::sum, o)->wait();
       if (op == "barrier") c.barrier()->wait();
       if (op == "recv") c.recv(b.data(), 4096, DType::f32, 1, 3)->wait();
+      if (op == "recv_blocking") c.recv(b.data(), 4096, DType::f32, 1, 3, o);
       SH_CHECK(false) << op << " succeeded without the peer";
     }
     wait_done(15);
@@ -310,7 +311,7 @@ TEST_P(PeerNeverCalls, TimesOut) {
   });
   const auto& r0 = res.ranks[0];
   const auto& r1 = res.ranks[1];
-  const std::string named = op == "blocking" ? "allreduce" : op;
+  const std::string named = op == "blocking" ? "allreduce" : op == "recv_blocking" ? "recv" : op;
   EXPECT_EQ(r0.error_kind, "Timeout") << res.describe();
   EXPECT_NE(r0.message.find(named), std::string::npos) << "the Timeout does not name the op: " << r0.message;
   EXPECT_GE(r0.fail_seconds, 1.5) << res.describe();
@@ -324,7 +325,7 @@ TEST_P(PeerNeverCalls, TimesOut) {
 
 INSTANTIATE_TEST_SUITE_P(All, PeerNeverCalls,
                          ::testing::Combine(::testing::Values("shm", "tcp"),
-                                            ::testing::Values("allreduce", "blocking", "barrier", "recv")),
+                                            ::testing::Values("allreduce", "blocking", "barrier", "recv", "recv_blocking")),
                          [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& i) {
                            return std::get<0>(i.param) + "_" + std::get<1>(i.param);
                          });

@@ -54,7 +54,7 @@ TEST_P(P2P, EveryDtypeAndSize) {
                     Buf b(dt, count), orig(dt, count);
                     fill_data(dt, b.data(), count, seed);
                     fill_data(dt, orig.data(), count, seed);
-                    c.send(b.data(), count, dt, peer, t)->wait();
+                    c.send(b.data(), count, dt, peer, t, s.opts(Algo::automatic))->wait();
                     return first_err({compare_buffers(dt, b.data(), orig.data(), count).empty()
                                           ? ""
                                           : "send modified its buffer",
@@ -62,7 +62,9 @@ TEST_P(P2P, EveryDtypeAndSize) {
                   }
                   Buf b(dt, count), e(dt, count);
                   fill_data(dt, e.data(), count, seed);
-                  c.recv(b.data(), count, dt, peer, t)->wait();
+                  auto w = c.recv(b.data(), count, dt, peer, t, s.opts(Algo::automatic));
+                  w->wait();
+                  if (w->source() != peer) return "source() is " + std::to_string(w->source());
                   return first_err({compare_buffers(dt, b.data(), e.data(), count), b.guards()});
                 });
         }
@@ -305,7 +307,28 @@ TEST_P(P2PRing, Exchanges) {
           wr->wait();
           return first_err({compare_buffers(dt, in.data(), e.data(), count), in.guards()});
         });
-        // 3. Both directions at once: to the right with one tag, to the left with another.
+        // 3. Blocking calls (MPI_Send, MPI_Recv), in an order that cannot deadlock: even ranks
+        //    send first, odd ranks receive first.
+        s.run("blocking even/odd ring" + base, [&]() -> std::string {
+          const uint64_t seed = s.seed(), tag = ++round;
+          Buf out(dt, count), in(dt, count), e(dt, count);
+          fill_data(dt, out.data(), count, seed + me);
+          fill_data(dt, e.data(), count, seed + left);
+          CallOptions blocking;
+          blocking.blocking = true;
+          WorkPtr wr;
+          if (me % 2 == 0) {
+            if (!c.send(out.data(), count, dt, right, tag, blocking)->test()) return "a blocking send returned pending";
+            wr = c.recv(in.data(), count, dt, left, tag, blocking);
+          } else {
+            wr = c.recv(in.data(), count, dt, left, tag, blocking);
+            if (!c.send(out.data(), count, dt, right, tag, blocking)->test()) return "a blocking send returned pending";
+          }
+          if (!wr->test()) return "a blocking recv returned pending";
+          if (wr->source() != left) return "the blocking recv's source() is " + std::to_string(wr->source());
+          return first_err({compare_buffers(dt, in.data(), e.data(), count), in.guards()});
+        });
+        // 4. Both directions at once: to the right with one tag, to the left with another.
         s.run("bidirectional ring" + base, [&]() -> std::string {
           const uint64_t seed = s.seed(), tag = ++round * 1000;
           Buf out_r(dt, count), out_l(dt, count), in_l(dt, count), in_r(dt, count), e_l(dt, count), e_r(dt, count);

@@ -100,9 +100,10 @@ class Communicator {
   // (kTcpWindow) ahead of what the receiver has consumed. A program that needs more buffering
   // than that (many blocking sends before the peer posts its receives) waits: post the receives,
   // or use the Work of each send later. Gloo's sends always wait for the receiver's post.
+  // CallOptions::blocking makes them MPI_Send and MPI_Recv (its algo does not apply).
   static constexpr int kAnySource = -1;
-  WorkPtr send(const void* buf, size_t count, DType dt, int peer, uint64_t tag = 0);
-  WorkPtr recv(void* buf, size_t count, DType dt, int peer, uint64_t tag = 0);
+  WorkPtr send(const void* buf, size_t count, DType dt, int peer, uint64_t tag = 0, CallOptions o = {});
+  WorkPtr recv(void* buf, size_t count, DType dt, int peer, uint64_t tag = 0, CallOptions o = {});
 
   // in == out is allowed (in place) wherever in and out have the same size.
   WorkPtr allreduce(const void* in, void* out, size_t count, DType dt, ReduceOp op, CallOptions o = {});

@@ -47,8 +47,8 @@ class ShoalRunner final : public Runner {
         w = comm_.alltoall(in, out, c, s.dt, co_);
         break;
       case Op::sendrecv:
-        if (s.rank == 0) w = comm_.send(in, c, s.dt, 1);
-        else if (s.rank == 1) w = comm_.recv(out, c, s.dt, 0);
+        if (s.rank == 0) w = comm_.send(in, c, s.dt, 1, 0, co_);
+        else if (s.rank == 1) w = comm_.recv(out, c, s.dt, 0, 0, co_);
         break;
       case Op::barrier:
         w = comm_.barrier();

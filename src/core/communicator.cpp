@@ -133,7 +133,10 @@ struct Communicator::Impl final : WorkDriver {
   // Progresses the p2p ops in flight (matching any-source receives) until until() holds or none
   // is left. The caller owns the engine (`running`). Throws what the engine's wait throws.
   void progress_p2p(const std::function<bool()>& until);
-  WorkPtr p2p(Request::Dir dir, void* buf, size_t count, DType dt, int peer, uint64_t tag);
+  WorkPtr p2p(Request::Dir dir, void* buf, size_t count, DType dt, int peer, uint64_t tag, bool blocking);
+  // Posts `r` and progresses it to completion on this thread if the engine is free and nothing is
+  // queued or in flight; false if not.
+  bool run_p2p_now(Request& r);
   void check_open() const {
     if (engine->aborted()) throw PeerError("group '" + opts.group_name + "' is aborted: " + engine->abort_reason());
   }
@@ -184,6 +187,10 @@ struct Communicator::Impl final : WorkDriver {
   // A completed Work for blocking calls that ran at once, one per kind of op (shared: a completed
   // Work does not change).
   static WorkPtr completed(OpKind kind);
+  static WorkPtr completed_send();  // the same for a blocking send
+  // ... and for a blocking receive from `peer` (its source()), made on first use.
+  WorkPtr completed_recv(int peer);
+  std::vector<WorkPtr> completed_recvs;  // by peer; under mu
   // The descriptor of a collective: its algorithm picked for `bytes`.
   OpDesc desc(OpKind kind, DType dt, ReduceOp op, Algo requested, size_t bytes, const void* in, void* out, size_t count,
               int root = -1) const {
@@ -608,7 +615,8 @@ void Communicator::Impl::progress_p2p(const std::function<bool()>& until) {
 
 // ---- point to point ----
 
-WorkPtr Communicator::Impl::p2p(Request::Dir dir, void* buf, size_t count, DType dt, int peer, uint64_t tag) {
+WorkPtr Communicator::Impl::p2p(Request::Dir dir, void* buf, size_t count, DType dt, int peer, uint64_t tag,
+                                bool blocking) {
   const bool send = dir == Request::Dir::send;
   const char* what = send ? "send" : "recv";
   size_t bytes = bytes_of(count, dt, what);
@@ -626,7 +634,62 @@ WorkPtr Communicator::Impl::p2p(Request::Dir dir, void* buf, size_t count, DType
   o.what = what;
   o.is_p2p = true;
   o.p2p = Request{dir, peer, static_cast<uint8_t*>(buf), bytes, sig, what};
-  return submit(std::move(o));
+  if (blocking && !any && run_p2p_now(o.p2p)) return send ? completed_send() : completed_recv(peer);
+  WorkPtr w = submit(std::move(o));
+  if (blocking) w->wait();
+  return w;
+}
+
+bool Communicator::Impl::run_p2p_now(Request& r) {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (running || stop || !queue.empty() || npending.load() != 0) return false;
+    running = true;
+    eager = false;  // this caller waits at once
+  }
+  std::exception_ptr e;
+  try {
+    if (engine->aborted()) engine->throw_aborted();
+    engine->begin_op(r.what, opts.timeout);
+    engine->post(&r);
+    if (!r.complete) engine->poll();  // a small message often moves at once: no clock, no wait loop
+    if (!r.complete) {
+      Request* const reqs[] = {&r};
+      engine->wait(reqs, 1);
+    }
+  } catch (...) {  // the peer failed, or the deadline passed: the engine is aborted
+    e = std::current_exception();
+    engine->abort("an earlier op failed");  // no-op if already aborted with its own reason
+    engine->close_links();                 // no link holds `r` any more
+    fail_all(e);
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    release_engine();
+  }
+  if (e) std::rethrow_exception(e);
+  return true;
+}
+
+WorkPtr Communicator::Impl::completed_recv(int peer) {
+  std::lock_guard<std::mutex> lk(mu);
+  if (completed_recvs.empty()) completed_recvs.resize(size);
+  WorkPtr& w = completed_recvs[peer];
+  if (!w) {
+    w = std::make_shared<Work>("recv");
+    w->set_source(peer);
+    w->finish(nullptr);
+  }
+  return w;
+}
+
+WorkPtr Communicator::Impl::completed_send() {
+  static const WorkPtr w = [] {
+    auto d = std::make_shared<Work>("send");
+    d->finish(nullptr);
+    return d;
+  }();
+  return w;
 }
 
 void Communicator::Impl::post_p2p(Op& op) {
@@ -638,12 +701,12 @@ void Communicator::Impl::post_p2p(Op& op) {
   engine->post(&pending.back().req);
 }
 
-WorkPtr Communicator::send(const void* buf, size_t count, DType dt, int peer, uint64_t tag) {
-  return impl_->p2p(Request::Dir::send, const_cast<void*>(buf), count, dt, peer, tag);
+WorkPtr Communicator::send(const void* buf, size_t count, DType dt, int peer, uint64_t tag, CallOptions o) {
+  return impl_->p2p(Request::Dir::send, const_cast<void*>(buf), count, dt, peer, tag, o.blocking);
 }
 
-WorkPtr Communicator::recv(void* buf, size_t count, DType dt, int peer, uint64_t tag) {
-  return impl_->p2p(Request::Dir::recv, buf, count, dt, peer, tag);
+WorkPtr Communicator::recv(void* buf, size_t count, DType dt, int peer, uint64_t tag, CallOptions o) {
+  return impl_->p2p(Request::Dir::recv, buf, count, dt, peer, tag, o.blocking);
 }
 
 // ---- collectives ----
