@@ -393,6 +393,21 @@ void family_allgatherv(Suite& s, Where w) {
       }
     }
   }
+  // Equal counts: allgather on odd ranks and allgatherv on even ones are one op.
+  for (size_t count : {size_t(3), size_t(3000), size_t(70001)}) {
+    s.run("allgather on odd ranks, allgatherv on even ones, count=" + std::to_string(count), [&]() -> std::string {
+      const uint64_t seed = s.seed();
+      const DType dt = DType::i32;
+      Buf in(dt, count), out(dt, count * s.n), expect(dt, count * s.n);
+      fill_data(dt, in.data(), count, seed + s.rank);
+      for (int r = 0; r < s.n; ++r) fill_data(dt, expect.data() + r * count * esize(dt), count, seed + r);
+      if (s.rank % 2)
+        s.c.allgather(in.data(), out.data(), count, dt, s.opts(Algo::automatic))->wait();
+      else
+        s.c.allgatherv(in.data(), out.data(), std::vector<size_t>(s.n, count), dt, s.opts(Algo::automatic))->wait();
+      return first_err({compare_buffers(dt, out.data(), expect.data(), count * s.n), in.guards(), out.guards()});
+    });
+  }
 }
 
 void family_reduce_scatter(Suite& s, Where w) {

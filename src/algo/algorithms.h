@@ -29,7 +29,7 @@ struct OpDesc {
   const void* in = nullptr;
   void* out = nullptr;          // broadcast: the buffer
   size_t count = 0;             // per rank, in elements (allgatherv, alltoallv: see counts)
-  std::vector<size_t> counts;   // allgatherv: per rank; alltoallv: sent to each rank (empty: equal blocks of count)
+  std::vector<size_t> counts;   // allgatherv: per rank; alltoallv: sent to each rank (both: empty for equal blocks of count)
   std::vector<size_t> counts2;  // alltoallv: received from each rank
   uint64_t sig = 0;             // the op's signature, the same on every rank
 };
@@ -49,6 +49,7 @@ void allreduce(Ctx& c, Algo a, const void* in, void* out, size_t count);
 void broadcast(Ctx& c, Algo a, void* buf, size_t count, int root);
 void reduce(Ctx& c, Algo a, const void* in, void* out, size_t count, int root);  // out: root only
 void allgatherv(Ctx& c, Algo a, const void* in, void* out, const std::vector<size_t>& counts);
+void allgather(Ctx& c, Algo a, const void* in, void* out, size_t count);  // allgatherv of equal counts
 void reduce_scatter(Ctx& c, Algo a, const void* in, void* out, size_t count);
 void gather(Ctx& c, Algo a, const void* in, void* out, size_t count, int root);
 void scatter(Ctx& c, Algo a, const void* in, void* out, size_t count, int root);

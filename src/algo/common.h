@@ -171,6 +171,7 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root);
 void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root);
 void allgatherv_direct(Ctx& c, const void* in, void* out, const std::vector<size_t>& counts);
 void gather_direct(Ctx& c, const void* in, void* out, size_t count, int root);
+void allgather_direct(Ctx& c, const void* in, void* out, size_t count);  // equal blocks
 void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count);
 void barrier_direct(Ctx& c);
 void alltoall_direct(Ctx& c, const void* in, void* out, size_t count);  // equal blocks

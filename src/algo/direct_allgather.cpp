@@ -74,6 +74,13 @@ void allgatherv_direct(Ctx& c, const void* in, void* out, const std::vector<size
   gather_impl(c, in, out, counted_blocks(counts, c.esize), -1, s.value());
 }
 
+void allgather_direct(Ctx& c, const void* in, void* out, size_t count) {
+  Sig s(OpKind::allgatherv, c);  // as allgatherv_direct's for these counts: the ranks may mix the two
+  for (int j = 0; j < c.size; ++j) s.add(count);
+  if (small_fits(count * c.esize)) return gather_small(c, in, out, count * c.esize, -1, s.value());
+  gather_impl(c, in, out, uniform_blocks(count, c.size, c.esize), -1, s.value());
+}
+
 void gather_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
   Sig s(OpKind::gather, c);
   s.add(count).add(static_cast<uint64_t>(root));

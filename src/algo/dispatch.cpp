@@ -83,6 +83,15 @@ void allgatherv(Ctx& c, Algo a, const void* in, void* out, const std::vector<siz
   c.wait_all();
 }
 
+void allgather(Ctx& c, Algo a, const void* in, void* out, size_t count) {
+  a = resolve(c, OpKind::allgatherv, a, count * c.esize * c.size);
+  if (a == Algo::direct && c.size > 1) {
+    allgather_direct(c, in, out, count);
+    return c.wait_all();
+  }
+  allgatherv(c, a, in, out, std::vector<size_t>(c.size, count));
+}
+
 void reduce_scatter(Ctx& c, Algo a, const void* in, void* out, size_t count) {
   a = resolve(c, OpKind::reduce_scatter, a, count * c.esize * c.size);
   if (c.size == 1) return copy_bytes(out, in, count * c.esize);
@@ -176,7 +185,12 @@ void run_op(Ctx& c, const OpDesc& d) {
       reduce(c, d.algo, d.in, d.out, d.count, d.root);
       if (avg && c.rank == d.root) scale_avg(d.out, d.count, d.dt, c.size);
       break;
-    case OpKind::allgatherv: allgatherv(c, d.algo, d.in, d.out, d.counts); break;
+    case OpKind::allgatherv:
+      if (d.counts.empty())
+        allgather(c, d.algo, d.in, d.out, d.count);
+      else
+        allgatherv(c, d.algo, d.in, d.out, d.counts);
+      break;
     case OpKind::reduce_scatter:
       reduce_scatter(c, d.algo, d.in, d.out, d.count);
       if (avg) scale_avg(d.out, d.count, d.dt, c.size);

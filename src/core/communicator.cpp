@@ -749,7 +749,16 @@ WorkPtr Communicator::reduce(const void* in, void* out, size_t count, DType dt, 
 }
 
 WorkPtr Communicator::allgather(const void* in, void* out, size_t count, DType dt, CallOptions o) {
-  return allgatherv(in, out, std::vector<size_t>(impl_->size, count), dt, o);
+  auto& m = *impl_;
+  if (count > SIZE_MAX / static_cast<size_t>(m.size))
+    throw InvalidArgument("allgather: count " + std::to_string(count) + " is too large");
+  const size_t total = count * static_cast<size_t>(m.size);
+  uint64_t h = 0;  // as allgatherv's for these counts: the ranks may mix the two calls
+  for (int j = 0; j < m.size; ++j) h = mix(h, count);
+  size_t bytes = Impl::bytes_of(total, dt, "allgather");
+  Impl::check_buf(in, count, "allgather", "input");
+  Impl::check_buf(out, total, "allgather", "output");
+  return m.collective(m.desc(OpKind::allgatherv, dt, ReduceOp::sum, o.algo, bytes, in, out, count), total, h, o.blocking);
 }
 
 WorkPtr Communicator::allgatherv(const void* in, void* out, const std::vector<size_t>& counts, DType dt, CallOptions o) {

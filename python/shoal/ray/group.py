@@ -57,6 +57,8 @@ def _allreduce_options(op: dist.ReduceOp) -> dist.AllreduceOptions:
 
 # Made once: building options objects is a visible part of a small allreduce's cost.
 _ALLREDUCE_OPTIONS = {op: _allreduce_options(op) for op in _REDUCE_OPS.values()}
+# What the backend's blocking allreduce takes (converting torch's enum value costs ~1 us a call).
+_INLINE_OPS = {op: dist.ReduceOp(op) for op in _REDUCE_OPS.values()}
 
 
 def default_timeout_s() -> float:
@@ -264,7 +266,14 @@ class ShoalGroup(BaseGroup):
     def allreduce(self, tensor, allreduce_options=AllReduceOptions()) -> None:
         with self._arguments("allreduce"):
             c = _Contiguous(_single(tensor, "allreduce", written=True))
-            work = self._live().allreduce([c.t], _ALLREDUCE_OPTIONS[self._op(allreduce_options)])
+            op = self._op(allreduce_options)
+            # Without a timeout of its own, a blocking call on this thread (no Work, no wait):
+            # the cheapest way to run it. (A failure of the op itself has aborted the group
+            # already, with its own reason, before _arguments sees it.)
+            if _timeout(allreduce_options) is None and self._live().allreduce_inline(c.t, _INLINE_OPS[op]):
+                c.done()
+                return
+            work = self._live().allreduce([c.t], _ALLREDUCE_OPTIONS[op])
         self._run(work, allreduce_options)
         c.done()
 
