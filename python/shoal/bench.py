@@ -17,9 +17,11 @@ all_to_all the total (all_gather's output, reduce_scatter's input, all_to_all's 
 busbw = algbw (size/time) times 2(p-1)/p for all_reduce, (p-1)/p for all_gather,
 reduce_scatter and all_to_all, 1 for broadcast. "PEER/shoal" is a peer's time over shoal's.
 
-Backends: any torch.distributed backend by name (``shoal``, ``gloo``), and ``deepspeed``: DeepSpeed's
+Backends: any torch.distributed backend by name (``shoal``, ``gloo``); ``deepspeed``: DeepSpeed's
 CPU shared-memory allreduce (all_reduce only; needs ``pip install deepspeed``; shoal.deepspeed_peer
-says more). Ops a backend lacks show "-".
+says more); ``shoal_inline``: ``shoal.torch.all_reduce_`` on a shoal group (all_reduce only: the
+blocking call without torch.distributed's Python and Work, DeepSpeed's counterpart). Ops a backend
+lacks show "-".
 
 --ddp adds DistributedDataParallel training steps: the digits MLP of ``python -m shoal.demo`` and a
 wide MLP (~6.3 M parameters, 25 MB of gradients per step), same seed and data on each backend:
@@ -112,7 +114,7 @@ class _Case:
         import torch.distributed as dist
 
         op = self.op
-        if isinstance(g, DeepSpeedShm):
+        if not _is_group(g):
             g.all_reduce(self.a)
         elif op == "all_reduce":
             dist.all_reduce(self.a, group=g)
@@ -165,8 +167,37 @@ def _agree(ctl, value: float, op) -> float:
     return t.item()
 
 
+class ShoalInline:
+    """``shoal.torch.all_reduce_`` on a shoal group of its own, as a backend of the bench."""
+
+    name = "shoal_inline"
+    ops = ("all_reduce",)
+
+    def __init__(self):
+        import torch.distributed as dist
+
+        import shoal.torch
+
+        self._group = dist.new_group(backend="shoal")
+        self._all_reduce_ = shoal.torch.all_reduce_
+
+    def all_reduce(self, t) -> None:
+        self._all_reduce_(t, group=self._group)
+
+
+def _make_group(backend: str, rank: int, p: int):
+    import torch.distributed as dist
+
+    if backend == "deepspeed":
+        return DeepSpeedShm(rank, p)
+    if backend == "shoal_inline":
+        return ShoalInline()
+    return dist.new_group(backend=backend)
+
+
 def _is_group(g) -> bool:
-    return not isinstance(g, DeepSpeedShm)
+    """A process group, rather than a callable peer (all_reduce only)."""
+    return not isinstance(g, (DeepSpeedShm, ShoalInline))
 
 
 def _time_calls(case, g, ctl, k: int) -> float:
@@ -304,8 +335,7 @@ def _rank(rank, p, cfg):
     dist.init_process_group("gloo", rank=rank, world_size=p, timeout=timedelta(seconds=cfg["timeout"]))
     try:
         ctl = dist.group.WORLD
-        groups = {b: DeepSpeedShm(rank, p) if b == "deepspeed" else dist.new_group(backend=b)
-                  for b in cfg["backends"]}
+        groups = {b: _make_group(b, rank, p) for b in cfg["backends"]}
         out = {"rows": _bench_ops(rank, p, groups, ctl, cfg)}
         if cfg["ddp"]:
             out["ddp"] = _bench_ddp(rank, p, groups, ctl, cfg)

@@ -70,6 +70,21 @@ def test_deepspeed_peer(tmp_path):
             assert x["deepspeed_us"] is None and "deepspeed" not in x["ratios"]
 
 
+def test_shoal_inline_backend(tmp_path):
+    """shoal.torch.all_reduce_ as a backend: timed and checked for all_reduce, '-' for the rest."""
+    r, res = _bench(tmp_path, "--backends", "shoal,shoal_inline", "--ops", "all_reduce,broadcast",
+                    "-b", "8", "-e", "512K", "-f", "256")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "shoal_inline/shoal" in r.stdout
+    for x in res["rows"]:
+        assert x["check"] == "ok", x
+        if x["op"] == "all_reduce":
+            assert x["shoal_inline_us"] > 0
+            assert abs(x["ratios"]["shoal_inline"] - x["shoal_inline_us"] / x["shoal_us"]) < 1e-9
+        else:
+            assert x["shoal_inline_us"] is None and "shoal_inline" not in x["ratios"]
+
+
 def test_deepspeed_peer_missing_is_a_usage_error(tmp_path):
     """Without DeepSpeed the bench says how to get it before starting any rank."""
     fake = tmp_path / "fake" / "deepspeed"
