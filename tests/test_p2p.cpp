@@ -216,6 +216,35 @@ TEST_P(P2PWaiters, AnotherThreadsReceiveCompletesMeanwhile) {
   });
 }
 
+// A blocking receive holds the engine on its caller's thread; a send another thread queues
+// meanwhile, which the peer needs before it sends what the receive waits for, must still go out
+// (the receive hands its request over to the progress thread).
+TEST_P(P2PWaiters, BlockingReceiveLetsAnotherThreadsSendGo) {
+  run_ranks(2, p2p_config(GetParam()), [](Communicator& c) {
+    const auto t0 = std::chrono::steady_clock::now();
+    CallOptions blocking;
+    blocking.blocking = true;
+    int32_t a = 0, b = 0;
+    if (c.rank() == 0) {
+      std::thread sender([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the receive is waiting by now
+        b = 5;
+        c.send(&b, 1, DType::i32, 1, 1)->wait();
+      });
+      auto w = c.recv(&a, 1, DType::i32, 1, 2, blocking);
+      sender.join();
+      SH_CHECK(w->test() && w->source() == 1) << "test " << w->test() << " source " << w->source();
+      SH_CHECK(a == 6) << "a=" << a;
+    } else {
+      c.recv(&b, 1, DType::i32, 0, 1)->wait();
+      a = b + 1;
+      c.send(&a, 1, DType::i32, 0, 2)->wait();
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    SH_CHECK(secs < 10) << "took " << secs << " s (the op timeout is 30 s)";
+  });
+}
+
 TEST_P(P2PWaiters, DestroyingTheGroupReleasesAWaiter) {
   run_ranks(2, p2p_config(GetParam()), [](Communicator& c) {
     Options o = Options::from_env({});

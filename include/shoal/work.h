@@ -45,7 +45,8 @@ class Work {
   // The rank a completed recv received from (for Communicator::kAnySource); -1 otherwise.
   int source() const { return source_.load(); }
   void set_source(int r) { source_.store(r); }  // for the core
-  // Called once when the op finishes, on the progress thread (or at once if already finished).
+  // Called once when the op finishes, on the thread that finished it (or at once, here, if it
+  // has finished). One callback per Work. An exception it throws is logged, not propagated.
   void on_complete(std::function<void()> fn);
 
   // For the core: mark the op finished (err null on success).

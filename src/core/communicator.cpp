@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <future>
 #include <list>
 #include <mutex>
@@ -69,7 +70,7 @@ struct Communicator::Impl final : WorkDriver {
   std::unique_ptr<ShmGroupImpl> shm;
   Scratch scratch;
   Algo default_algo = Algo::automatic;
-  uint64_t coll_seq = 0;  // collectives submitted: part of every signature
+  uint64_t coll_seq = 0;  // collectives submitted: part of every signature; under mu, in queue order
 
   struct Op {
     const char* what = "op";
@@ -97,6 +98,7 @@ struct Communicator::Impl final : WorkDriver {
   std::atomic<int> npending{0};  // size of `pending`, readable without the progress thread
   bool links_closed = false;  // progress thread only, after an abort
   std::list<P2P> pending;  // progress thread only
+  std::list<P2P> spare;    // a node for a blocking p2p call's request, moved into `pending` (no allocation)
   std::thread thread;
 
   void loop();
@@ -136,7 +138,9 @@ struct Communicator::Impl final : WorkDriver {
   WorkPtr p2p(Request::Dir dir, void* buf, size_t count, DType dt, int peer, uint64_t tag, bool blocking);
   // Posts `r` and progresses it to completion on this thread if the engine is free and nothing is
   // queued or in flight; false if not.
-  bool run_p2p_now(Request& r);
+  // A request handed over to the progress thread (others queued ops meanwhile) returns its Work
+  // in `handed_over`, complete.
+  bool run_p2p_now(const Request& r, WorkPtr* handed_over);
   void check_open() const {
     if (engine->aborted()) throw PeerError("group '" + opts.group_name + "' is aborted: " + engine->abort_reason());
   }
@@ -165,8 +169,11 @@ struct Communicator::Impl final : WorkDriver {
   uint64_t signature(OpKind kind, DType dt, ReduceOp op, size_t count, int root, Algo algo, uint64_t extra) {
     const uint64_t what = static_cast<uint64_t>(kind) | static_cast<uint64_t>(dt) << 8 | static_cast<uint64_t>(op) << 16 |
                           static_cast<uint64_t>(algo) << 24 | static_cast<uint64_t>(static_cast<uint32_t>(root + 1)) << 32;
-    return mix(mix(mix(what, count), extra), ++coll_seq);
+    return mix(mix(what, count), extra);  // sequenced() adds the op's number
   }
+  // Under mu, as the op takes its place in the order of ops (queued, or run at once): the ranks
+  // agree on the nth collective, whichever threads submit them.
+  uint64_t sequenced(uint64_t sig) { return mix(sig, ++coll_seq); }
   // Queues `d` as a collective, signed with `count` (what the ranks must agree on) and `extra`;
   // it runs with its own Ctx (run_one). A blocking call runs it at once on this thread when the
   // engine is free and nothing is queued (run_now), or waits for it.
@@ -183,7 +190,7 @@ struct Communicator::Impl final : WorkDriver {
     return w;
   }
   // Runs `d` on this thread if the engine is free and no op is queued; false if it is not.
-  bool run_now(const char* what, const OpDesc& d);
+  bool run_now(const char* what, OpDesc& d);
   // A completed Work for blocking calls that ran at once, one per kind of op (shared: a completed
   // Work does not change).
   static WorkPtr completed(OpKind kind);
@@ -297,6 +304,7 @@ WorkPtr Communicator::Impl::submit(Op op) {
   {
     std::unique_lock<std::mutex> lk(mu);
     if (stop) throw Error("communicator is being destroyed");
+    if (op.collective()) op.desc.sig = sequenced(op.desc.sig);
     op.id = ++submitted;
     queue.push_back(std::move(op));
     queued.fetch_add(1);
@@ -404,7 +412,8 @@ void Communicator::Impl::fail_all(std::exception_ptr e) {
   // `pending` belongs to the thread that owns the engine (`running`), or to the progress thread
   // at its end; clear() of an empty list still writes its header, so an empty one is left alone.
   if (!pending.empty()) {
-    for (auto& p : pending) p.work->finish(e);
+    for (auto& p : pending)
+      if (p.work) p.work->finish(e);  // none: a blocking call's, which fails on its own thread
     pending.clear();
   }
   npending.store(0);
@@ -489,12 +498,13 @@ std::exception_ptr Communicator::Impl::run_collective(const char* what, const Op
   }
 }
 
-bool Communicator::Impl::run_now(const char* what, const OpDesc& d) {
+bool Communicator::Impl::run_now(const char* what, OpDesc& d) {
   {
     std::lock_guard<std::mutex> lk(mu);
     if (running || stop || !queue.empty() || npending.load() != 0) return false;
     running = true;
     eager = false;  // this caller waits at once
+    d.sig = sequenced(d.sig);
   }
   std::exception_ptr e = run_collective(what, d);
   {
@@ -634,34 +644,68 @@ WorkPtr Communicator::Impl::p2p(Request::Dir dir, void* buf, size_t count, DType
   o.what = what;
   o.is_p2p = true;
   o.p2p = Request{dir, peer, static_cast<uint8_t*>(buf), bytes, sig, what};
-  if (blocking && !any && run_p2p_now(o.p2p)) return send ? completed_send() : completed_recv(peer);
+  if (blocking && !any) {
+    WorkPtr w;
+    if (run_p2p_now(o.p2p, &w)) return w ? w : send ? completed_send() : completed_recv(peer);
+  }
   WorkPtr w = submit(std::move(o));
   if (blocking) w->wait();
   return w;
 }
 
-bool Communicator::Impl::run_p2p_now(Request& r) {
+bool Communicator::Impl::run_p2p_now(const Request& r, WorkPtr* handed_over) {
   {
     std::lock_guard<std::mutex> lk(mu);
     if (running || stop || !queue.empty() || npending.load() != 0) return false;
     running = true;
     eager = false;  // this caller waits at once
   }
+  // The request lives in `pending` (a stable address, as a queued p2p op's), without a Work
+  // unless it is handed over; it is the only one there.
+  if (spare.empty()) spare.emplace_back();
+  pending.splice(pending.end(), spare, spare.begin());
+  P2P& p = pending.back();
+  p = P2P{r, nullptr, Clock::time_point::max()};
+  npending.fetch_add(1);
   std::exception_ptr e;
   try {
     if (engine->aborted()) engine->throw_aborted();
     engine->begin_op(r.what, opts.timeout);
-    engine->post(&r);
-    if (!r.complete) engine->poll();  // a small message often moves at once: no clock, no wait loop
-    if (!r.complete) {
-      Request* const reqs[] = {&r};
-      engine->wait(reqs, 1);
+    engine->post(&p.req);
+    if (!p.req.complete) engine->poll();  // a small message often moves at once: no clock, no wait loop
+    if (!p.req.complete) {
+      // As run_claimed: an op another thread queues meanwhile may be what the peer waits for
+      // first; after kInlineP2PFor the progress thread takes over, and this caller waits.
+      const auto now = Clock::now();
+      p.deadline = now + opts.timeout;
+      const auto give_up = now + kInlineP2PFor;
+      progress_p2p([&] {
+        if (p.req.complete || (queued.load() > 0 && Clock::now() > give_up)) return true;
+        std::lock_guard<std::mutex> lk(mu);
+        return stop;
+      });
     }
   } catch (...) {  // the peer failed, or the deadline passed: the engine is aborted
     e = std::current_exception();
     engine->abort("an earlier op failed");  // no-op if already aborted with its own reason
-    engine->close_links();                 // no link holds `r` any more
-    fail_all(e);
+    engine->close_links();
+    fail_all(e);  // drops `p`
+  }
+  if (!e && !p.req.complete) {  // handed over: the progress thread completes it
+    auto w = std::make_shared<Work>(r.what);
+    if (r.dir == Request::Dir::recv) w->set_source(r.peer);
+    p.work = w;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      release_engine();
+    }
+    w->wait();
+    *handed_over = w;
+    return true;
+  }
+  if (!e) {
+    spare.splice(spare.end(), pending, std::prev(pending.end()));
+    npending.fetch_sub(1);
   }
   {
     std::lock_guard<std::mutex> lk(mu);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/log.h"
 #include "transport/futex.h"
 
 namespace shoal {
@@ -61,6 +62,7 @@ void Work::kick_once() const {
 std::exception_ptr Work::error() const { return done() ? error_ : nullptr; }
 
 void Work::on_complete(std::function<void()> fn) {
+  if (done()) return fn();  // a completed Work may be shared (blocking calls): it is not written
   callback_ = std::move(fn);
   if (state_.fetch_or(kCallback, std::memory_order_acq_rel) & kDone) {
     auto cb = std::move(callback_);
@@ -75,7 +77,13 @@ void Work::finish(std::exception_ptr err) {
   if (waiters_.load(std::memory_order_seq_cst) != 0) futex_wake_all(&state_);
   if (before & kCallback) {
     auto cb = std::move(callback_);
-    cb();
+    try {
+      cb();
+    } catch (const std::exception& e) {  // the thread that finishes ops must go on
+      SHOAL_LOG(error, "%s: an on_complete callback threw: %s", name_.c_str(), e.what());
+    } catch (...) {
+      SHOAL_LOG(error, "%s: an on_complete callback threw", name_.c_str());
+    }
   }
 }
 
