@@ -1,4 +1,4 @@
-"""python -m shoal.bench: 2 ranks, tiny sizes, every op on shoal and gloo; the JSON rows, the
+"""python -m shoal.bench: 2 ranks, tiny sizes, every op on shoal and gloo (all_reduce on shoal_inline too); the
 check column, the DDP rows and the PNG."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from shoal.bench import ALL_OPS
 
 def test_bench_json_and_plot(tmp_path):
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
-    cmd = [sys.executable, "-m", "shoal.bench", "--backends", "shoal,gloo", "--ops", ",".join(ALL_OPS),
+    cmd = [sys.executable, "-m", "shoal.bench", "--backends", "shoal,gloo,shoal_inline", "--ops", ",".join(ALL_OPS),
            "-n", "2", "-b", "4K", "-e", "64K", "-f", "16", "--time", "0.01",
            "--json", str(out), "--plot", str(png), "--ddp", "--ddp-steps", "2"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -23,7 +23,7 @@ def test_bench_json_and_plot(tmp_path):
     for op in ALL_OPS:
         assert f"# {op}, 2 ranks" in r.stdout
     res = json.loads(out.read_text())
-    assert res["ranks"] == 2 and res["backends"] == ["shoal", "gloo"]
+    assert res["ranks"] == 2 and res["backends"] == ["shoal", "gloo", "shoal_inline"]
     rows = res["rows"]
     assert [(x["op"], x["bytes"]) for x in rows] == [(op, s) for op in ALL_OPS for s in (4096, 65536)]
     for x in rows:
@@ -31,6 +31,12 @@ def test_bench_json_and_plot(tmp_path):
         for b in ("shoal", "gloo"):
             assert x[f"{b}_us"] > 0 and x[f"{b}_busbw"] > 0
         assert abs(x["ratio"] - x["gloo_us"] / x["shoal_us"]) < 1e-9
+        # shoal_inline (shoal.torch.all_reduce_) has all_reduce only, checked like the others
+        if x["op"] == "all_reduce":
+            assert x["shoal_inline_us"] > 0
+            assert abs(x["ratios"]["shoal_inline"] - x["shoal_inline_us"] / x["shoal_us"]) < 1e-9
+        else:
+            assert x["shoal_inline_us"] is None and "shoal_inline" not in x["ratios"]
     # busbw: all_reduce algbw * 2(p-1)/p = algbw at 2 ranks; all_gather & co (p-1)/p; broadcast algbw
     ar = rows[0]
     assert abs(ar["shoal_busbw"] - ar["bytes"] / ar["shoal_us"] / 1e3) < 1e-9
@@ -68,21 +74,6 @@ def test_deepspeed_peer(tmp_path):
             assert abs(x["ratios"]["deepspeed"] - x["deepspeed_us"] / x["shoal_us"]) < 1e-9
         else:
             assert x["deepspeed_us"] is None and "deepspeed" not in x["ratios"]
-
-
-def test_shoal_inline_backend(tmp_path):
-    """shoal.torch.all_reduce_ as a backend: timed and checked for all_reduce, '-' for the rest."""
-    r, res = _bench(tmp_path, "--backends", "shoal,shoal_inline", "--ops", "all_reduce,broadcast",
-                    "-b", "8", "-e", "512K", "-f", "256")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "shoal_inline/shoal" in r.stdout
-    for x in res["rows"]:
-        assert x["check"] == "ok", x
-        if x["op"] == "all_reduce":
-            assert x["shoal_inline_us"] > 0
-            assert abs(x["ratios"]["shoal_inline"] - x["shoal_inline_us"] / x["shoal_us"]) < 1e-9
-        else:
-            assert x["shoal_inline_us"] is None and "shoal_inline" not in x["ratios"]
 
 
 def test_deepspeed_peer_missing_is_a_usage_error(tmp_path):
