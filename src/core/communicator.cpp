@@ -109,6 +109,13 @@ struct Communicator::Impl final : WorkDriver {
   void sweep_p2p();
   bool match_any_source();  // posts pending any-source receives whose message has arrived
   void fail_all(std::exception_ptr e);
+  // An op failed other than by a bad argument: the group is aborted (no-op if it already is, with
+  // its own reason), its links closed, and every op queued or in flight fails with `e`.
+  void fail_group(const std::exception_ptr& e) {
+    engine->abort("an earlier op failed");
+    engine->close_links();
+    fail_all(e);
+  }
   // Queues the op without waking the progress thread: its caller usually waits at once, and then
   // runs it on its own thread (the Work's helper, run_claimed), with no thread woken at all. A wake-up costs a futex system call and
   // puts the progress thread on a core that a peer rank needs; handing a small op over and back
@@ -472,10 +479,8 @@ void Communicator::Impl::run_one(Op& op) {
     op.work->finish(std::current_exception());  // this op only; the group is fine
   } catch (...) {
     auto e = std::current_exception();
-    engine->abort("an earlier op failed");  // no-op if already aborted with its own reason
-    engine->close_links();
     op.work->finish(e);
-    fail_all(e);
+    fail_group(e);
   }
 }
 
@@ -491,9 +496,7 @@ std::exception_ptr Communicator::Impl::run_collective(const char* what, const Op
     return std::current_exception();  // this op only; the group is fine
   } catch (...) {
     auto e = std::current_exception();
-    engine->abort("an earlier op failed");  // no-op if already aborted with its own reason
-    engine->close_links();
-    fail_all(e);
+    fail_group(e);
     return e;
   }
 }
@@ -687,9 +690,7 @@ bool Communicator::Impl::run_p2p_now(const Request& r, WorkPtr* handed_over) {
     }
   } catch (...) {  // the peer failed, or the deadline passed: the engine is aborted
     e = std::current_exception();
-    engine->abort("an earlier op failed");  // no-op if already aborted with its own reason
-    engine->close_links();
-    fail_all(e);  // drops `p`
+    fail_group(e);  // drops `p`
   }
   if (!e && !p.req.complete) {  // handed over: the progress thread completes it
     auto w = std::make_shared<Work>(r.what);
