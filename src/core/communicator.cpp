@@ -139,6 +139,21 @@ struct Communicator::Impl final : WorkDriver {
   // Under mu, by the thread that owns the engine: gives it back, waking the progress thread if
   // anything is left for it.
   void release_engine();
+  void give_back_engine() {  // the same, taking mu
+    std::lock_guard<std::mutex> lk(mu);
+    release_engine();
+  }
+  // For a blocking call: claims the engine for this thread if no op is queued, running or in
+  // flight (false if not). A collective's descriptor `d` takes its place in the order of ops in
+  // the same critical section (sequenced).
+  bool claim_idle_engine(OpDesc* d) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (running || stop || !queue.empty() || npending.load() != 0) return false;
+    running = true;
+    eager = false;  // this caller waits at once
+    if (d) d->sig = sequenced(d->sig);
+    return true;
+  }
   // Progresses the p2p ops in flight (matching any-source receives) until until() holds or none
   // is left. The caller owns the engine (`running`). Throws what the engine's wait throws.
   void progress_p2p(const std::function<bool()>& until);
@@ -201,6 +216,13 @@ struct Communicator::Impl final : WorkDriver {
   // A completed Work for blocking calls that ran at once, one per kind of op (shared: a completed
   // Work does not change).
   static WorkPtr completed(OpKind kind);
+  // A Work finished without error (a recv's with its source).
+  static WorkPtr finished_work(const char* name, int source = -1) {
+    auto w = std::make_shared<Work>(name);
+    if (source >= 0) w->set_source(source);
+    w->finish(nullptr);
+    return w;
+  }
   static WorkPtr completed_send();  // the same for a blocking send
   // ... and for a blocking receive from `peer` (its source()), made on first use.
   WorkPtr completed_recv(int peer);
@@ -220,6 +242,17 @@ struct Communicator::Impl final : WorkDriver {
     return d;
   }
   void post_p2p(Op& op);
+  // allgather(v) once its counts are checked: `own` elements in, `total` out (counts empty: equal
+  // blocks), signed with the counts' hash `h`.
+  WorkPtr allgather_op(const void* in, void* out, size_t own, const std::vector<size_t>& counts, size_t total,
+                       uint64_t h, DType dt, CallOptions o) {
+    const size_t bytes = bytes_of(total, dt, "allgather");
+    check_buf(in, own, "allgather", "input");
+    check_buf(out, total, "allgather", "output");
+    OpDesc d = desc(OpKind::allgatherv, dt, ReduceOp::sum, o.algo, bytes, in, out, own);
+    d.counts = counts;
+    return collective(std::move(d), total, h, o.blocking);
+  }
 };
 
 Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Options opts) : impl_(new Impl) {
@@ -402,8 +435,7 @@ void Communicator::Impl::run_claimed(const Work* w) {
       fail_all(std::current_exception());
     }
   }
-  std::lock_guard<std::mutex> lk(mu);
-  release_engine();
+  give_back_engine();
 }
 
 void Communicator::Impl::release_engine() {
@@ -502,18 +534,9 @@ std::exception_ptr Communicator::Impl::run_collective(const char* what, const Op
 }
 
 bool Communicator::Impl::run_now(const char* what, OpDesc& d) {
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    if (running || stop || !queue.empty() || npending.load() != 0) return false;
-    running = true;
-    eager = false;  // this caller waits at once
-    d.sig = sequenced(d.sig);
-  }
+  if (!claim_idle_engine(&d)) return false;
   std::exception_ptr e = run_collective(what, d);
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    release_engine();
-  }
+  give_back_engine();
   if (e) std::rethrow_exception(e);
   return true;
 }
@@ -521,10 +544,7 @@ bool Communicator::Impl::run_now(const char* what, OpDesc& d) {
 WorkPtr Communicator::Impl::completed(OpKind kind) {
   static const auto works = [] {
     std::array<WorkPtr, static_cast<size_t>(OpKind::barrier) + 1> w;
-    for (size_t k = 0; k < w.size(); ++k) {
-      w[k] = std::make_shared<Work>(op_kind_name(static_cast<OpKind>(k)));
-      w[k]->finish(nullptr);
-    }
+    for (size_t k = 0; k < w.size(); ++k) w[k] = finished_work(op_kind_name(static_cast<OpKind>(k)));
     return w;
   }();
   return works[static_cast<size_t>(kind)];
@@ -657,12 +677,7 @@ WorkPtr Communicator::Impl::p2p(Request::Dir dir, void* buf, size_t count, DType
 }
 
 bool Communicator::Impl::run_p2p_now(const Request& r, WorkPtr* handed_over) {
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    if (running || stop || !queue.empty() || npending.load() != 0) return false;
-    running = true;
-    eager = false;  // this caller waits at once
-  }
+  if (!claim_idle_engine(nullptr)) return false;
   // The request lives in `pending` (a stable address, as a queued p2p op's), without a Work
   // unless it is handed over; it is the only one there.
   if (spare.empty()) spare.emplace_back();
@@ -696,10 +711,7 @@ bool Communicator::Impl::run_p2p_now(const Request& r, WorkPtr* handed_over) {
     auto w = std::make_shared<Work>(r.what);
     if (r.dir == Request::Dir::recv) w->set_source(r.peer);
     p.work = w;
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      release_engine();
-    }
+    give_back_engine();
     w->wait();
     *handed_over = w;
     return true;
@@ -708,10 +720,7 @@ bool Communicator::Impl::run_p2p_now(const Request& r, WorkPtr* handed_over) {
     spare.splice(spare.end(), pending, std::prev(pending.end()));
     npending.fetch_sub(1);
   }
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    release_engine();
-  }
+  give_back_engine();
   if (e) std::rethrow_exception(e);
   return true;
 }
@@ -720,20 +729,12 @@ WorkPtr Communicator::Impl::completed_recv(int peer) {
   std::lock_guard<std::mutex> lk(mu);
   if (completed_recvs.empty()) completed_recvs.resize(size);
   WorkPtr& w = completed_recvs[peer];
-  if (!w) {
-    w = std::make_shared<Work>("recv");
-    w->set_source(peer);
-    w->finish(nullptr);
-  }
+  if (!w) w = finished_work("recv", peer);
   return w;
 }
 
 WorkPtr Communicator::Impl::completed_send() {
-  static const WorkPtr w = [] {
-    auto d = std::make_shared<Work>("send");
-    d->finish(nullptr);
-    return d;
-  }();
+  static const WorkPtr w = finished_work("send");
   return w;
 }
 
@@ -800,10 +801,7 @@ WorkPtr Communicator::allgather(const void* in, void* out, size_t count, DType d
   const size_t total = count * static_cast<size_t>(m.size);
   uint64_t h = 0;  // as allgatherv's for these counts: the ranks may mix the two calls
   for (int j = 0; j < m.size; ++j) h = mix(h, count);
-  size_t bytes = Impl::bytes_of(total, dt, "allgather");
-  Impl::check_buf(in, count, "allgather", "input");
-  Impl::check_buf(out, total, "allgather", "output");
-  return m.collective(m.desc(OpKind::allgatherv, dt, ReduceOp::sum, o.algo, bytes, in, out, count), total, h, o.blocking);
+  return m.allgather_op(in, out, count, {}, total, h, dt, o);
 }
 
 WorkPtr Communicator::allgatherv(const void* in, void* out, const std::vector<size_t>& counts, DType dt, CallOptions o) {
@@ -817,12 +815,7 @@ WorkPtr Communicator::allgatherv(const void* in, void* out, const std::vector<si
     total += c;
     h = mix(h, c);
   }
-  size_t bytes = Impl::bytes_of(total, dt, "allgather");
-  Impl::check_buf(in, counts[m.rank], "allgather", "input");
-  Impl::check_buf(out, total, "allgather", "output");
-  OpDesc d = m.desc(OpKind::allgatherv, dt, ReduceOp::sum, o.algo, bytes, in, out, counts[m.rank]);
-  d.counts = counts;
-  return m.collective(std::move(d), total, h, o.blocking);
+  return m.allgather_op(in, out, counts[m.rank], counts, total, h, dt, o);
 }
 
 WorkPtr Communicator::reduce_scatter(const void* in, void* out, size_t count, DType dt, ReduceOp op, CallOptions o) {
