@@ -26,9 +26,13 @@ def ray_available() -> bool:
 
 
 if torch_available():
+    from ._torch_abi import TorchVersionError as _TorchVersionError
+
     try:
         from . import torch as _torch_backend  # noqa: F401  (registers the backend)
-    except ImportError as _e:  # e.g. a torch other than the one shoal._C was built against
+    except _TorchVersionError:
+        raise  # another torch than the one shoal._C was built against: a broken install
+    except ImportError as _e:
         import warnings
 
         warnings.warn(

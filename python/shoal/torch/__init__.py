@@ -12,9 +12,14 @@ registers its creator with :meth:`torch.distributed.Backend.register_backend`.
 
 from __future__ import annotations
 
+import torch
 import torch.distributed as dist
 
-from .. import _C
+from .._torch_abi import check as _check_torch
+
+_check_torch(torch.__version__)
+
+from .. import _C  # noqa: E402  (after the check)
 
 BackendShoal = _C.BackendShoal
 Options = _C.BackendShoal.Options

@@ -1,0 +1,53 @@
+"""The installed package: which torch it was built against, and what another torch gets."""
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+
+import torch
+
+import shoal._build_info
+from shoal._torch_abi import release
+
+
+def python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+
+
+def test_records_the_torch_it_was_built_against():
+    assert shoal._build_info.TORCH_VERSION == torch.__version__
+
+
+def test_metadata_does_not_pin_one_torch():
+    reqs = [r for r in importlib.metadata.requires("shoal") if r.startswith("torch")]
+    assert reqs and all("==" not in r for r in reqs), reqs
+
+
+# The version is changed in the child before shoal is imported: the check reads torch.__version__.
+OTHER = "2.99.1+cpu"
+
+
+def test_another_torch_release_is_an_error_naming_both():
+    r = python(f"import torch; torch.__version__ = {OTHER!r}\n"
+               "try:\n    import shoal\nexcept ImportError as e:\n    print(type(e).__name__, e)\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("TorchVersionError"), r.stdout
+    assert OTHER in r.stdout and shoal._build_info.TORCH_VERSION in r.stdout, r.stdout
+
+
+def test_another_torch_release_through_the_autoload():
+    # `import torch` registers "shoal" without importing it; making the group imports it.
+    r = python(f"import torch, torch.distributed as dist; torch.__version__ = {OTHER!r}\n"
+               "try:\n"
+               "    dist.init_process_group('shoal', init_method='tcp://127.0.0.1:0', rank=0, world_size=1)\n"
+               "except Exception as e:\n    print(type(e).__name__, e)\n")
+    assert r.returncode == 0, r.stderr
+    assert OTHER in r.stdout and shoal._build_info.TORCH_VERSION in r.stdout, r.stdout + r.stderr
+
+
+def test_another_build_of_the_same_release_is_accepted():
+    other_build = release(torch.__version__) + "+cu999"
+    r = python(f"import torch; torch.__version__ = {other_build!r}; import shoal.torch; print('ok')")
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
