@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -572,6 +573,40 @@ TEST(DevShm, TooSmallIsAnErrorAtCreation) {
   });
   for (const auto& o : res.ranks) EXPECT_TRUE(o.ok()) << res.describe();
   umount("/dev/shm");
+}
+
+// Each TCP peer costs 2 descriptors on one host: a low soft RLIMIT_NOFILE is raised toward the
+// hard limit at set-up; a low hard limit is an error at construction on every rank, naming the
+// limit and the fix, not EMFILE half-way through connecting nor a wait for the timeout.
+TEST(FdLimit, SoftLimitIsRaisedHardLimitIsAnError) {
+  for (rlim_t hard : {rlim_t(4096), rlim_t(40)}) {
+    SCOPED_TRACE("hard limit " + std::to_string(hard));
+    RunConfig cfg = failure_config("tcp", 60);
+    cfg.before_construct = [hard](int) {
+      rlimit lim{32, hard};
+      if (setrlimit(RLIMIT_NOFILE, &lim) != 0) _exit(3);
+    };
+    const double t0 = now_seconds();
+    auto res = run_ranks_outcomes(8, cfg, [](Communicator& c) {
+      rlimit lim{};
+      getrlimit(RLIMIT_NOFILE, &lim);
+      SH_CHECK(lim.rlim_cur > 32) << "the soft limit was not raised";
+      std::vector<float> x(100, 1.0f), y(100, 0.0f);
+      c.allreduce(x.data(), y.data(), 100, DType::f32, ReduceOp::sum)->wait();
+      SH_CHECK_EQ(y[99], 8.0f);
+    });
+    for (const auto& o : res.ranks) {
+      if (hard > 1000) {
+        EXPECT_TRUE(o.ok()) << res.describe();
+        continue;
+      }
+      EXPECT_FALSE(o.hung) << res.describe();
+      EXPECT_EQ(o.error_kind, "setup") << res.describe();
+      EXPECT_NE(o.message.find("RLIMIT_NOFILE allows 32 (hard limit 40)"), std::string::npos) << o.message;
+      EXPECT_NE(o.message.find("ulimit -n"), std::string::npos) << o.message;
+    }
+    EXPECT_LT(now_seconds() - t0, 20.0) << res.describe();
+  }
 }
 
 }  // namespace

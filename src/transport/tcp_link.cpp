@@ -24,6 +24,7 @@
 
 #include "core/log.h"
 #include "shoal/error.h"
+#include "transport/fd_limit.h"
 
 namespace shoal {
 namespace {
@@ -584,6 +585,22 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
   // Connections to peer j: its data streams, then the control connection (index streams).
   auto nconns = [&](int j) { return tcp_streams(cfg, j) + 1; };
 
+  // Room for every socket, or a failure the higher ranks read in place of this rank's address
+  // (the lower ones, which wait for its connections, time out naming it).
+  size_t need = 1;  // the listener
+  bool striped = false;
+  for (int j = 0; j < cfg.size; ++j)
+    if (tcp_peer(j)) {
+      need += static_cast<size_t>(nconns(j));
+      striped = striped || nconns(j) > 2;
+    }
+  const std::string what = format("rank %d's TCP links to its peers", rank);
+  if (std::string err = make_fd_room(need, what, striped ? "use one socket per pair (SHOAL_TCP_STREAMS=1)" : "");
+      !err.empty()) {
+    store.set_string("tcp/" + std::to_string(rank), "!" + err);
+    throw Error("tcp set-up: " + err);
+  }
+
   SetupFds fds;
   fds.in.resize(cfg.size);
   for (int j = 0; j < cfg.size; ++j) fds.in[j].assign(nconns(j), -1);
@@ -620,6 +637,7 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
     } catch (const Timeout&) {
       throw Timeout(format("tcp set-up timed out: rank %d never published its address (tcp/%d)", j, j));
     }
+    if (!addr.empty() && addr[0] == '!') throw Error(format("tcp set-up: rank %d failed: %s", j, addr.c_str() + 1));
     sockaddr_in a = resolve(addr, j);
     for (int s = 0; s < nconns(j); ++s) {
       Outgoing o;
