@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -573,6 +574,46 @@ TEST(DevShm, TooSmallIsAnErrorAtCreation) {
   });
   for (const auto& o : res.ranks) EXPECT_TRUE(o.ok()) << res.describe();
   umount("/dev/shm");
+}
+
+// Containers on one host share its name and boot id but not /dev/shm (each has its own IPC and
+// mount namespaces): the probe finds no segment of a peer in another one, and the pair talks TCP.
+// Ranks 0 and 1 stay in the test's namespaces; ranks 2 and 3 each enter new ones with a /dev/shm of
+// their own, as separate containers would.
+TEST(Containers, RanksInOtherIpcAndMountNamespacesUseTcp) {
+  auto enter_container = [] {
+    return unshare(CLONE_NEWNS | CLONE_NEWIPC) == 0 && mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+           mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=64m") == 0;
+  };
+  if (pid_t probe = fork(); probe == 0) {
+    _exit(enter_container() ? 0 : 1);
+  } else {
+    int st = 0;
+    waitpid(probe, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) GTEST_SKIP() << "no new IPC and mount namespaces here (needs CAP_SYS_ADMIN)";
+  }
+  RunConfig cfg = failure_config("shm", 60);
+  cfg.env.push_back({"SHOAL_TRANSPORT", ""});
+  cfg.watch_dev_shm = false;
+  cfg.before_construct = [enter_container](int rank) {
+    if (rank >= 2 && !enter_container()) _exit(4);
+  };
+  auto res = run_ranks_outcomes(4, cfg, [](Communicator& c) {
+    const char* want[4][4] = {{"self", "shm", "tcp", "tcp"},
+                              {"shm", "self", "tcp", "tcp"},
+                              {"tcp", "tcp", "self", "tcp"},
+                              {"tcp", "tcp", "tcp", "self"}};
+    for (int p = 0; p < 4; ++p) SH_CHECK_EQ(c.transport_to(p), want[c.rank()][p]) << "peer " << p;
+    for (size_t n : {size_t(1), size_t(1000), size_t(300001)}) {
+      std::vector<float> x(n, float(c.rank() + 1)), y(n, 0.0f);
+      c.allreduce(x.data(), y.data(), n, DType::f32, ReduceOp::sum)->wait();
+      SH_CHECK_EQ(y[n - 1], 10.0f) << n;
+      std::vector<float> all(4 * n, -1.0f);
+      c.allgather(x.data(), all.data(), n, DType::f32)->wait();
+      for (int r = 0; r < 4; ++r) SH_CHECK_EQ(all[r * n + n - 1], float(r + 1)) << n;
+    }
+  });
+  for (const auto& o : res.ranks) EXPECT_TRUE(o.ok()) << res.describe();
 }
 
 // Each TCP peer costs 2 descriptors on one host: a low soft RLIMIT_NOFILE is raised toward the
