@@ -616,13 +616,16 @@ TEST(Containers, RanksInOtherIpcAndMountNamespacesUseTcp) {
   for (const auto& o : res.ranks) EXPECT_TRUE(o.ok()) << res.describe();
 }
 
-// Each TCP peer costs 2 descriptors on one host: a low soft RLIMIT_NOFILE is raised toward the
-// hard limit at set-up; a low hard limit is an error at construction on every rank, naming the
-// limit and the fix, not EMFILE half-way through connecting nor a wait for the timeout.
-TEST(FdLimit, SoftLimitIsRaisedHardLimitIsAnError) {
+// Each TCP peer costs 2 descriptors on one host, each shared-memory peer 1 (the pidfd that shows
+// its death): a low soft RLIMIT_NOFILE is raised toward the hard limit at set-up; a low hard limit
+// is an error at construction on every rank, naming the limit and the fix, not EMFILE half-way
+// through connecting nor a wait for the timeout.
+class FdLimit : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FdLimit, SoftLimitIsRaisedHardLimitIsAnError) {
   for (rlim_t hard : {rlim_t(4096), rlim_t(40)}) {
     SCOPED_TRACE("hard limit " + std::to_string(hard));
-    RunConfig cfg = failure_config("tcp", 60);
+    RunConfig cfg = failure_config(GetParam(), 60);
     cfg.before_construct = [hard](int) {
       rlimit lim{32, hard};
       if (setrlimit(RLIMIT_NOFILE, &lim) != 0) _exit(3);
@@ -649,6 +652,8 @@ TEST(FdLimit, SoftLimitIsRaisedHardLimitIsAnError) {
     EXPECT_LT(now_seconds() - t0, 20.0) << res.describe();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, FdLimit, ::testing::Values("shm", "tcp"));
 
 }  // namespace
 

@@ -90,6 +90,8 @@ std::string usage() {
       "                         them: allreduce's memory floor 2*p*n/B, and the round trip\n"
       "  --queued               run shoal's ops as calls that return a Work, then wait for it (as torch's\n"
       "                         backend does), instead of blocking calls (CallOptions::blocking)\n"
+      "  --resources            after the run, print what a rank cost: the Communicator's construction\n"
+      "                         time, RSS, /dev/shm reserved and mapped, open file descriptors\n"
       "  --iters N              timed iterations per size (default adaptive: ~0.2 s, 3..100000)\n"
       "  --warmup N             untimed iterations per size (default 5, or 2 from 8M)\n"
       "SIZE is the nccl-tests size: the buffer of allreduce/broadcast/reduce/sendrecv, the total\n"
@@ -166,6 +168,8 @@ Config parse_args(const std::vector<std::string>& args) {
       c.floors = true;
     } else if (a == "--queued") {
       c.queued = true;
+    } else if (a == "--resources") {
+      c.resources = true;
     } else if (a == "--json") {
       c.json_path = next();
     } else if (a == "--iters" || a == "-i" || a == "--iterations") {

@@ -45,6 +45,7 @@ struct Config {
   std::string json_path;
   bool floors = false;  // measure the machine's limits first and print each row against them
   bool queued = false;  // shoal's ops return a Work waited for at once, instead of blocking calls
+  bool resources = false;  // print what a rank costs: init time, memory, /dev/shm, fds (resources.cpp)
   int iters = 0;    // 0 = adaptive
   int warmup = -1;  // -1 = by size (5 below 8 MiB, 2 from there)
   std::vector<std::string> argv;  // the original arguments, passed on to the ranks
@@ -141,6 +142,19 @@ std::optional<Floors> floors_from_env();
 // cache-line round trip (NaN where it was not measured).
 double over_memory_floor(double us, Op op, size_t bytes, int p, const Floors& f);
 double over_round_trip(double us, const Floors& f);
+
+// --resources (resources.cpp): one rank's costs, measured from /proc after the run.
+struct Resources {
+  double init_s = 0;          // the Communicator's construction
+  double rss_mib = 0, hwm_mib = 0;
+  double shm_own_mib = 0;     // its own segment: what it reserves in /dev/shm
+  double shm_mapped_mib = 0;  // every segment it maps (its peers' too): address space, not /dev/shm
+  int fds = 0;
+  std::string encode() const;
+  static Resources decode(const std::string& text);
+};
+Resources measure_resources(double init_seconds);
+std::string resources_line(const std::vector<Resources>& all);  // mean and max over ranks
 
 // Launcher side: forks/execs this binary `cfg.ranks` times and waits. Returns the exit status.
 int launch(const Config& cfg, const char* self);

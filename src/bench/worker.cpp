@@ -422,7 +422,9 @@ int worker_main(const Config& cfg) {
   const Millis coord_timeout = opts.timeout * 2 + Millis(std::chrono::minutes(10));
   Coord coord(store, rank, p, coord_timeout);
 
+  const double init_t0 = now_s();
   Communicator comm(store, rank, p, opts);
+  const double init_s = now_s() - init_t0;
   std::string transport_used = p > 1 ? "rank " + std::to_string(rank) + " -> " + std::to_string((rank + 1) % p) +
                                            ": " + comm.transport_to((rank + 1) % p)
                                      : "single rank";
@@ -636,6 +638,12 @@ int worker_main(const Config& cfg) {
   }
 
   if (rank == 0 && !cfg.json_path.empty()) write_json(cfg, p, transport_used, be, floors, rows);
+  if (cfg.resources) {
+    std::vector<Resources> all;
+    for (const auto& text : coord.exchange("resources", measure_resources(init_s).encode()))
+      all.push_back(Resources::decode(text));
+    if (rank == 0) std::printf("# %s\n", resources_line(all).c_str());
+  }
 
   // Leave together: nobody tears its connections down while a peer still uses them.
   coord.sync();
