@@ -48,12 +48,6 @@ uint64_t mix(uint64_t h, uint64_t v) {
   return h ^ (h >> 33);
 }
 
-std::string advertise_host_for(Store& store) {
-  if (const char* h = std::getenv("SHOAL_HOST"); h && *h) return h;
-  if (std::string a = store.local_address(); !a.empty()) return a;
-  return "127.0.0.1";
-}
-
 Algo env_algo() {
   const char* s = std::getenv("SHOAL_ALGO");
   return s && *s ? parse_algo(s) : Algo::automatic;
@@ -272,7 +266,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
   auto prefixed = std::make_shared<PrefixStore>("shoal/" + opts.group_name + "/" + std::to_string((n - 1) / size), store);
   m.engine = std::make_unique<Engine>(rank, size, opts.group_name);
   m.engine->begin_op("rendezvous", Clock::now() + opts.timeout);
-  m.topo = rendezvous(*prefixed, *m.engine, opts, advertise_host_for(*store));
+  m.topo = rendezvous(*prefixed, *m.engine, opts, store->local_address());
   m.engine->publish_abort = [prefixed, rank](const std::string& why) {
     // Bounded: when the store cannot be reached (its host's link is down, or it died), the
     // abort must not wait for the store's timeout before failing this rank's ops. The set goes

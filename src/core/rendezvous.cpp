@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "shoal/error.h"
 #include "transport/cma.h"
+#include "transport/net_address.h"
 #include "transport/shm_link.h"
 #include "transport/tcp_link.h"
 
@@ -87,7 +88,7 @@ std::vector<std::string> all_gather(Store& store, const std::string& key, int ra
 
 }  // namespace
 
-Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std::string& advertise_host) {
+Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std::string& store_address) {
   const int rank = engine.rank, size = engine.size;
   const Millis timeout = opts.timeout;
   const auto deadline = Clock::now() + timeout;
@@ -203,7 +204,9 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   if (opts.tcp_streams > 0) cfg.streams = cfg.local_streams = opts.tcp_streams;
   if (opts.tcp_notsent_lowat >= 0) cfg.notsent_lowat = cfg.local_notsent_lowat = opts.tcp_notsent_lowat;
   std::memcpy(cfg.secret.data(), secret, sizeof secret);
-  cfg.advertise_host = advertise_host;
+  bool peer_elsewhere = false;
+  for (int r = 0; r < size; ++r) peer_elsewhere = peer_elsewhere || (cfg.use_tcp[r] && !cfg.same_host[r]);
+  cfg.advertise_host = advertise_address(store_address, peer_elsewhere);
   cfg.deadline = deadline;
   cfg.epoll_fd = engine.epoll_fd();
   auto tcp = connect_tcp_links(store, cfg);

@@ -23,8 +23,9 @@ struct Topology {
   HostMap hosts;                        // which host each rank is on
 };
 
-// `store` is already prefixed for this instance of the group; `advertise_host` is the address
-// peers dial for TCP.
-Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std::string& advertise_host);
+// `store` is already prefixed for this instance of the group; `store_address` is the address this
+// rank's connection to the store leaves from ("" if none), one candidate for the address peers dial
+// for TCP (transport/net_address.h chooses).
+Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std::string& store_address);
 
 }  // namespace shoal

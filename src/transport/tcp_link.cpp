@@ -25,6 +25,7 @@
 #include "core/log.h"
 #include "shoal/error.h"
 #include "transport/fd_limit.h"
+#include "transport/net_address.h"
 
 namespace shoal {
 namespace {
@@ -460,43 +461,54 @@ void set_nodelay(int fd) {
   (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-std::string addr_string(const sockaddr_in& a) {
-  char ip[INET_ADDRSTRLEN] = "?";
-  ::inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
-  return std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
-}
-
 Millis remaining(Clock::time_point deadline) {
   auto now = Clock::now();
   if (now >= deadline) return Millis(0);
   return std::chrono::ceil<Millis>(deadline - now);
 }
 
-// "host:port" (host may be a name or an IPv4 address) -> IPv4 socket address.
-sockaddr_in resolve(const std::string& hostport, int peer) {
-  size_t colon = hostport.rfind(':');
-  if (colon == std::string::npos || colon == 0)
-    throw Error(format("tcp set-up: rank %d published a malformed address '%s'", peer, hostport.c_str()));
-  std::string host = hostport.substr(0, colon), port = hostport.substr(colon + 1);
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
-  if (rc != 0 || !res)
-    throw Error(format("tcp set-up: cannot resolve rank %d's address '%s': %s", peer, hostport.c_str(),
-                       gai_strerror(rc)));
-  sockaddr_in a;
-  std::memcpy(&a, res->ai_addr, sizeof a);
-  ::freeaddrinfo(res);
-  return a;
+// A listening socket on every address: IPv6 with IPv4 mapped in (peers may dial either family),
+// or IPv4 alone where the kernel has no IPv6.
+int listen_any() {
+  int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    int zero = 0;
+    (void)::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    set_buffers(fd, 0);  // accepted sockets inherit the buffers (and the window scale that goes with them)
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_any;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd, 128) == 0) return fd;
+    close_fd(fd);
+  }
+  fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw Error("tcp set-up: socket: " + errno_string(errno));
+  set_buffers(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 128) != 0) {
+    const int e = errno;
+    close_fd(fd);
+    throw Error("tcp set-up: bind/listen: " + errno_string(e));
+  }
+  return fd;
+}
+
+int port_of(int fd) {
+  SockAddr a;
+  a.len = sizeof a.ss;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a.ss), &a.len) != 0)
+    throw Error("tcp set-up: getsockname: " + errno_string(errno));
+  return a.family() == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6&>(a.ss).sin6_port)
+                                : ntohs(reinterpret_cast<sockaddr_in&>(a.ss).sin_port);
 }
 
 // One outgoing connection (to a lower rank), driven by the set-up loop.
 struct Outgoing {
   int peer = 0;
   int stream = 0;
-  sockaddr_in addr{};
+  SockAddr addr;
   int fd = -1;
   enum class St { idle, connecting, hello, ack, done } st = St::idle;
   size_t sent = 0;
@@ -606,25 +618,8 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
   for (int j = 0; j < cfg.size; ++j) fds.in[j].assign(nconns(j), -1);
 
   // Listen and publish.
-  fds.listener = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fds.listener < 0) throw Error("tcp set-up: socket: " + errno_string(errno));
-  set_buffers(fds.listener, 0);  // accepted sockets inherit the buffers (and the window scale that goes with them)
-  sockaddr_in la{};
-  la.sin_family = AF_INET;
-  la.sin_addr.s_addr = htonl(INADDR_ANY);
-  la.sin_port = 0;
-  if (::bind(fds.listener, reinterpret_cast<sockaddr*>(&la), sizeof la) != 0 || ::listen(fds.listener, 128) != 0)
-    throw Error("tcp set-up: bind/listen: " + errno_string(errno));
-  socklen_t lalen = sizeof la;
-  if (::getsockname(fds.listener, reinterpret_cast<sockaddr*>(&la), &lalen) != 0)
-    throw Error("tcp set-up: getsockname: " + errno_string(errno));
-  std::string host = cfg.advertise_host;
-  if (host.empty()) {
-    char name[256] = {};
-    ::gethostname(name, sizeof name - 1);
-    host = name;
-  }
-  std::string me = host + ":" + std::to_string(ntohs(la.sin_port));
+  fds.listener = listen_any();
+  std::string me = join_host_port(cfg.advertise_host.empty() ? "127.0.0.1" : cfg.advertise_host, port_of(fds.listener));
   store.set_string("tcp/" + std::to_string(rank), me);
   SHOAL_LOG(debug, "tcp: listening on %s", me.c_str());
 
@@ -638,7 +633,9 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
       throw Timeout(format("tcp set-up timed out: rank %d never published its address (tcp/%d)", j, j));
     }
     if (!addr.empty() && addr[0] == '!') throw Error(format("tcp set-up: rank %d failed: %s", j, addr.c_str() + 1));
-    sockaddr_in a = resolve(addr, j);
+    SockAddr a;
+    if (std::string why = resolve_host_port(addr, &a); !why.empty())
+      throw Error(format("tcp set-up: cannot resolve rank %d's address '%s': %s", j, addr.c_str(), why.c_str()));
     for (int s = 0; s < nconns(j); ++s) {
       Outgoing o;
       o.peer = j;
@@ -688,11 +685,11 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
     // Start (or restart) connections that are due.
     for (auto& o : fds.out) {
       if (o.st != Outgoing::St::idle || o.retry_at > now) continue;
-      o.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      o.fd = ::socket(o.addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
       if (o.fd < 0) throw Error("tcp set-up: socket: " + errno_string(errno));
       set_buffers(o.fd, tcp_notsent_lowat(cfg, o.peer));
       set_nodelay(o.fd);
-      if (::connect(o.fd, reinterpret_cast<sockaddr*>(&o.addr), sizeof o.addr) == 0) {
+      if (::connect(o.fd, o.addr.get(), o.addr.len) == 0) {
         o.st = Outgoing::St::hello;
       } else if (errno == EINPROGRESS || errno == EINTR) {
         o.st = Outgoing::St::connecting;
@@ -741,9 +738,9 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
       if (who == -1) {
         // New connections: read their hellos without blocking, alongside everything else.
         for (;;) {
-          sockaddr_in ra{};
-          socklen_t ralen = sizeof ra;
-          int fd = ::accept4(fds.listener, reinterpret_cast<sockaddr*>(&ra), &ralen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          SockAddr ra;
+          ra.len = sizeof ra.ss;
+          int fd = ::accept4(fds.listener, reinterpret_cast<sockaddr*>(&ra.ss), &ra.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
           if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
@@ -752,7 +749,7 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
           }
           Incoming c;
           c.fd = fd;
-          c.remote = addr_string(ra);
+          c.remote = ra.str();
           c.deadline = now + kHelloTimeout;
           fds.pending.push_back(c);
         }
@@ -822,7 +819,7 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
           if (n != 1 || ack != kHelloAck)
             throw PeerError(format("tcp set-up: rank %d (%s) refused our connection (stream %d): different group "
                                    "secret, or a stale address in the store",
-                                   o.peer, addr_string(o.addr).c_str(), o.stream));
+                                   o.peer, o.addr.str().c_str(), o.stream));
           o.st = Outgoing::St::done;
           ++out_done;
         }
