@@ -5,10 +5,11 @@ A fake host `shoal-hI` differs from the machine and from the other fake hosts th
 does, as far as shoal can tell (src/core/rendezvous.cpp judges "same host" by hostname + boot id
 + a probe of a shared-memory segment):
 
-* network:  its own network namespace `shoal-hI` (`ip netns`), one veth `eth0` with address
-            10.77.0.(I+1)/24 (MTU default), plugged into the bridge `br0` of the namespace
-            `shoal-br`; `lo` up. Traffic between fake hosts goes through the veth pairs and the
-            bridge, never through the machine's own interfaces.
+* network:  its own network namespace `shoal-hI` (`ip netns`), one veth `eth0` with addresses
+            10.77.0.(I+1)/24 and fd77::(I+1)/64 (MTU default), plugged into the bridge `br0` of
+            the namespace `shoal-br`, and a second network as real hosts often have: veth `eth1`,
+            10.78.0.(I+1)/24, on the bridge `br1`; `lo` up. Traffic between fake hosts goes
+            through the veth pairs and the bridges, never through the machine's own interfaces.
 * hostname: its own UTS namespace, hostname `shoal-hI` (so the host identity differs; the boot
             id cannot differ and does not need to);
 * /dev/shm: its own mount namespace with a private tmpfs on /dev/shm (so the shared-memory
@@ -51,7 +52,8 @@ import time
 PREFIX = "shoal-h"           # network namespaces shoal-h0, shoal-h1, ...
 BRIDGE_NS = "shoal-br"       # namespace holding the bridge
 BRIDGE = "br0"
-SUBNET = "10.77.0"           # host I is 10.77.0.(I+1)/24
+SUBNET = "10.77.0"           # host I is 10.77.0.(I+1)/24 on eth0 (and fd77::(I+1)/64)
+SUBNET2 = "10.78.0"          # and 10.78.0.(I+1)/24 on eth1
 STATE = "/run/shoal-hosts"   # bind mounts keeping the UTS and mount namespaces alive
 SKIP = 77
 
@@ -97,6 +99,16 @@ def host_addr(i: int) -> str:
     return f"{SUBNET}.{i + 1}"
 
 
+def host_addr2(i: int) -> str:
+    """The address of host i on its second network (eth1)."""
+    return f"{SUBNET2}.{i + 1}"
+
+
+def host_addr6(i: int) -> str:
+    """The IPv6 address of host i on eth0."""
+    return f"fd77::{i + 1:x}"
+
+
 class FakeHosts:
     """N fake hosts. up() creates them (removing leftovers first), down() removes them all."""
 
@@ -136,19 +148,22 @@ class FakeHosts:
             _sh("mount", "--bind", STATE, STATE)
         _sh("mount", "--make-private", STATE)
         _sh("ip", "netns", "add", BRIDGE_NS)
-        _sh("ip", "-n", BRIDGE_NS, "link", "add", BRIDGE, "type", "bridge")
-        _sh("ip", "-n", BRIDGE_NS, "link", "set", BRIDGE, "up")
+        for br in (BRIDGE, "br1"):
+            _sh("ip", "-n", BRIDGE_NS, "link", "add", br, "type", "bridge")
+            _sh("ip", "-n", BRIDGE_NS, "link", "set", br, "up")
         _sh("ip", "-n", BRIDGE_NS, "link", "set", "lo", "up")
         for i in range(self.n):
             name = host_name(i)
             _sh("ip", "netns", "add", name)
-            # veth pair created straight into the two namespaces: no name in the machine's own.
-            _sh("ip", "link", "add", "eth0", "netns", name, "type", "veth",
-                "peer", "name", f"h{i}", "netns", BRIDGE_NS)
-            _sh("ip", "-n", BRIDGE_NS, "link", "set", f"h{i}", "master", BRIDGE)
-            _sh("ip", "-n", BRIDGE_NS, "link", "set", f"h{i}", "up")
-            _sh("ip", "-n", name, "addr", "add", f"{host_addr(i)}/24", "dev", "eth0")
-            _sh("ip", "-n", name, "link", "set", "eth0", "up")
+            for dev, port, br, addr in (("eth0", f"h{i}", BRIDGE, host_addr(i)), ("eth1", f"g{i}", "br1", host_addr2(i))):
+                # veth pair created straight into the two namespaces: no name in the machine's own.
+                _sh("ip", "link", "add", dev, "netns", name, "type", "veth", "peer", "name", port, "netns", BRIDGE_NS)
+                _sh("ip", "-n", BRIDGE_NS, "link", "set", port, "master", br)
+                _sh("ip", "-n", BRIDGE_NS, "link", "set", port, "up")
+                _sh("ip", "-n", name, "addr", "add", f"{addr}/24", "dev", dev)
+                _sh("ip", "-n", name, "link", "set", dev, "up")
+            # nodad: usable at once (duplicate address detection would hold it back ~1 s).
+            _sh("ip", "-n", name, "addr", "add", f"{host_addr6(i)}/64", "dev", "eth0", "nodad")
             _sh("ip", "-n", name, "link", "set", "lo", "up")
             uts, mnt = f"{STATE}/{name}.uts", f"{STATE}/{name}.mnt"
             for f in (uts, mnt):
@@ -185,6 +200,12 @@ class FakeHosts:
     # ---- processes ------------------------------------------------------------------------
     def addr(self, i: int) -> str:
         return host_addr(i)
+
+    def addr2(self, i: int) -> str:
+        return host_addr2(i)
+
+    def addr6(self, i: int) -> str:
+        return host_addr6(i)
 
     def name(self, i: int) -> str:
         return host_name(i)
@@ -271,15 +292,17 @@ class JobResult:
 
 
 def run_job(hosts: FakeHosts, layout: list[int], argv: list[str], env: dict | None = None,
-            store_bin: str = "build/shoal-store", timeout: float = 120) -> JobResult:
+            store_bin: str = "build/shoal-store", timeout: float = 120, store_host: str | None = None,
+            rank_env=None) -> JobResult:
     """Run a shoal job by the environment contract of docs/launch.md: `shoal-store` on fake host 0
-    (10.77.0.1, a free port), rank r on fake host layout[r] with SHOAL_RANK, SHOAL_WORLD_SIZE,
-    SHOAL_LOCAL_RANK, SHOAL_STORE=10.77.0.1:PORT, SHOAL_STORE_SERVER=0 on top of `env` (default:
-    this process's environment). Waits for every rank (kills all at `timeout`, then raises
+    (listening on `store_host`, default 10.77.0.1, a free port), rank r on fake host layout[r] with
+    SHOAL_RANK, SHOAL_WORLD_SIZE, SHOAL_LOCAL_RANK, SHOAL_STORE=<store_host>:PORT,
+    SHOAL_STORE_SERVER=0 on top of `env` (default: this process's environment), and on top of those
+    `rank_env(rank, port)` if given. Waits for every rank (kills all at `timeout`, then raises
     TimeoutError); stops the store."""
     import tempfile
     base = dict(os.environ) if env is None else dict(env)
-    store = hosts.run(0, [store_bin, "--port", "0", "--host", hosts.addr(0)], env=base,
+    store = hosts.run(0, [store_bin, "--port", "0", "--host", store_host or hosts.addr(0)], env=base,
                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     procs: list[subprocess.Popen] = []
     try:
@@ -293,6 +316,8 @@ def run_job(hosts: FakeHosts, layout: list[int], argv: list[str], env: dict | No
                 e = dict(base)
                 e.update(SHOAL_RANK=str(r), SHOAL_WORLD_SIZE=str(len(layout)),
                          SHOAL_LOCAL_RANK=str(layout[:r].count(h)), SHOAL_STORE=store_addr, SHOAL_STORE_SERVER="0")
+                if rank_env:
+                    e.update(rank_env(r, int(store_addr.rsplit(":", 1)[1])))
                 out, err = open(f"{tmp}/{r}.out", "w+"), open(f"{tmp}/{r}.err", "w+")
                 files.append((out, err))
                 procs.append(hosts.run(h, argv, env=e, stdout=out, stderr=err, stdin=subprocess.DEVNULL))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -46,13 +47,13 @@ def hosts():
     assert not netns_hosts.existing_hosts()
 
 
-def bench(hosts, layout, op, sizes=("4K", "1M", "16"), extra=(), env=None):
+def bench(hosts, layout, op, sizes=("4K", "1M", "16"), extra=(), env=None, **job):
     e = dict(os.environ, SHOAL_LOG="info", SHOAL_TIMEOUT="60")
     e.update(env or {})
     lo, hi, f = sizes
     argv = [BENCH, op, "-n", str(len(layout)), "-b", lo, "-e", hi, "-f", f, "--check",
             "--iters", "3", "--warmup", "1", *extra]
-    res = netns_hosts.run_job(hosts, layout, argv, env=e, store_bin=STORE, timeout=90)
+    res = netns_hosts.run_job(hosts, layout, argv, env=e, store_bin=STORE, timeout=90, **job)
     assert res.ok, res.describe()
     return res
 
@@ -129,6 +130,60 @@ def test_hierarchical_chosen_and_right(hosts, op, tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [r["shoal_algo"] for r in rows] == ["hier"] * 3, rows
     assert all(r["check"] == "ok" for r in rows), rows
+
+
+# ---- Which address a rank advertises (src/transport/net_address.h) ----------------------------
+
+
+def advertised(res):
+    """rank -> the host part of the address it advertised for its TCP links (SHOAL_LOG=debug)."""
+    got = {}
+    for r, err in enumerate(res.errs):
+        m = re.search(r"tcp: listening on (\[[^\]]+\]|[^:\s]+):\d+", err)
+        assert m, f"rank {r} logged no TCP address:\n{err[-2000:]}"
+        got[r] = m.group(1).strip("[]")
+    return got
+
+
+@pytest.mark.parametrize("spec,net", [("eth1", 2), ("=eth0", 1), ("^eth0,lo", 2), ("^=eth1,lo", 1)])
+def test_socket_ifname_picks_the_network(hosts, spec, net):
+    """SHOAL_SOCKET_IFNAME in NCCL's syntax chooses the interface whose address a rank advertises
+    (the store is on eth0's network either way), and the job runs over it."""
+    layout = [0, 1, 0, 1]
+    res = bench(hosts, layout, "allreduce", sizes=("4K", "1M", "256"), env={"SHOAL_LOG": "debug", "SHOAL_SOCKET_IFNAME": spec})
+    check_transports(res)
+    addr = hosts.addr2 if net == 2 else hosts.addr
+    assert advertised(res) == {r: addr(h) for r, h in enumerate(layout)}
+
+
+def test_store_over_loopback_advertises_an_interface(hosts):
+    """Ranks on host 0 reach the store as 127.0.0.1 (as a host whose name resolves to loopback
+    does): they must not advertise loopback to the ranks on host 1, but eth0's address."""
+    layout = [0, 1, 0, 1]
+
+    def rank_env(r, port):
+        return {"SHOAL_STORE": f"127.0.0.1:{port}" if layout[r] == 0 else f"{hosts.addr(0)}:{port}"}
+
+    res = bench(hosts, layout, "allgather", sizes=("4K", "1M", "256"), env={"SHOAL_LOG": "debug"},
+                store_host="0.0.0.0", rank_env=rank_env)
+    check_transports(res)
+    assert advertised(res) == {r: hosts.addr(h) for r, h in enumerate(layout)}
+
+
+@pytest.mark.parametrize("store_v6", [True, False], ids=["store-and-links", "links"])
+def test_ipv6_end_to_end(hosts, store_v6):
+    """IPv6 for the store and the links (the store at [fd77::1]), or for the links alone
+    (SHOAL_SOCKET_FAMILY=AF_INET6 picks eth0's IPv6 address while the store stays IPv4)."""
+    layout = [0, 1, 0, 1]
+    env = {"SHOAL_LOG": "debug"}
+    job = {}
+    if store_v6:
+        job = dict(store_host=hosts.addr6(0), rank_env=lambda r, port: {"SHOAL_STORE": f"[{hosts.addr6(0)}]:{port}"})
+    else:
+        env.update(SHOAL_SOCKET_IFNAME="eth0", SHOAL_SOCKET_FAMILY="AF_INET6")
+    res = bench(hosts, layout, "alltoall", sizes=("4K", "1M", "256"), env=env, **job)
+    check_transports(res)
+    assert advertised(res) == {r: hosts.addr6(h) for r, h in enumerate(layout)}
 
 
 def test_link_down_fails_cleanly(hosts):
