@@ -31,19 +31,22 @@ auto translate(const char* what, const std::string& key, F&& f) -> decltype(f())
 // sends nothing): the interface that routes to the store's host. "" if it cannot be told.
 std::string route_source_to(const std::string& host, uint16_t port) {
   addrinfo hints{};
-  hints.ai_family = AF_INET;
+  hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* res = nullptr;
   if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) return "";
   std::string out;
-  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int fd = ::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-    sockaddr_in local{};
+    sockaddr_storage local{};
     socklen_t len = sizeof local;
-    char buf[INET_ADDRSTRLEN];
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
-        ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf))
-      out = buf;
+    char buf[INET6_ADDRSTRLEN];
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      const void* a = local.ss_family == AF_INET6
+                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6&>(local).sin6_addr)
+                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in&>(local).sin_addr);
+      if (::inet_ntop(local.ss_family, a, buf, sizeof buf)) out = buf;
+    }
   }
   if (fd >= 0) ::close(fd);
   ::freeaddrinfo(res);
