@@ -229,8 +229,8 @@ def test_link_down_fails_cleanly(hosts):
 TORCH_RANK = r"""
 import os, sys, torch, torch.distributed as dist
 import shoal
-rank, world = int(sys.argv[1]), int(sys.argv[2])
-dist.init_process_group("shoal", init_method="tcp://10.77.0.1:29613", rank=rank, world_size=world)
+rank, world, store = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+dist.init_process_group("shoal", init_method=f"tcp://{store}:29613", rank=rank, world_size=world)
 t = torch.arange(1000, dtype=torch.float32) * (rank + 1)
 dist.all_reduce(t)
 pg = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
@@ -239,16 +239,18 @@ dist.destroy_process_group()
 """
 
 
-def test_torch_across_hosts(hosts):
-    """torch.distributed on shoal with a torch TCPStore (init_method tcp://), one rank per host
-    pair, no SHOAL_HOST: each rank must advertise its address on the route to the store, not
-    127.0.0.1, or the TCP links across hosts cannot form."""
+@pytest.mark.parametrize("store", ["10.77.0.1", "[fd77::1]"], ids=["ipv4", "ipv6"])
+def test_torch_across_hosts(hosts, store):
+    """torch.distributed on shoal with a torch TCPStore (init_method tcp://, over IPv4 or IPv6),
+    one rank per host pair, no SHOAL_HOST: each rank must advertise its address on the route to
+    the store, not 127.0.0.1, or the TCP links across hosts cannot form."""
     import subprocess
 
     layout = [0, 0, 1]
     env = {k: v for k, v in os.environ.items() if k != "SHOAL_HOST"}
     env["SHOAL_TIMEOUT"] = "30"
-    procs = [hosts.run(h, [sys.executable, "-c", TORCH_RANK, str(r), str(len(layout))], env=env,
+    env["SHOAL_LOG"] = "debug"
+    procs = [hosts.run(h, [sys.executable, "-c", TORCH_RANK, str(r), str(len(layout)), store], env=env,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r, h in enumerate(layout)]
     outs = [p.communicate(timeout=120)[0] for p in procs]
@@ -258,3 +260,6 @@ def test_torch_across_hosts(hosts):
         assert line.startswith("RESULT [0.0, 6.0, 12.0]"), out
         want = " ".join("self" if q == r else "shm" if layout[q] == layout[r] else "tcp" for q in range(3))
         assert line.endswith(want), (r, line)
+        # The links use the store's family: the address on the route to it.
+        addr = hosts.addr6(layout[r]) if store.startswith("[") else hosts.addr(layout[r])
+        assert f"tcp: listening on {'[' + addr + ']' if ':' in addr else addr}:" in out, out
