@@ -1,13 +1,16 @@
 """Many ranks on one host (64 and 128 on a few cores): every op checked, and what a rank costs.
 
     python3 scripts/many_ranks.py [--ranks 64,128] [--transports shm,tcp] [--ops all]
-        [--sizes 4K,64K,1M] [--out docs/bench/many-ranks.md]
+        [--sizes 4K,64K,1M] [--fake-hosts H] [--out docs/bench/many-ranks.md]
 
 Per rank count and transport, runs `build/shoal-bench barrier -n N --resources` (the group's
 construction time, RSS, /dev/shm reserved and mapped, open file descriptors; the barrier's time),
 then every op with `--check` at the sizes given (a few iterations each: correctness and cost,
 not speed: the ranks outnumber the cores many times over). Prints a markdown table; --out writes
-it too. Needs RLIMIT_NOFILE above 2 x ranks for TCP (shoal raises the soft limit itself).
+it too. shoal raises its soft RLIMIT_NOFILE itself, up to the hard limit.
+
+--fake-hosts H spreads the ranks round-robin over H network-namespace hosts (scripts/netns_hosts.py,
+root): TCP between hosts, and within each host shared memory (shm) or TCP too (tcp).
 """
 
 from __future__ import annotations
@@ -30,14 +33,27 @@ RES = re.compile(
     r"/dev/shm reserved (?P<shm>[\d.]+) / [\d.]+ MiB, mapped (?P<mapped>[\d.]+) / [\d.]+ MiB, fds (?P<fds>[\d.]+) / (?P<fds_max>[\d.]+)")
 
 
+HOSTS = None  # FakeHosts when --fake-hosts is given
+
+
 def bench(args, timeout=900):
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         t0 = time.monotonic()
-        p = subprocess.run([BENCH, *args, "--json", f.name], capture_output=True, text=True, timeout=timeout)
+        argv = [BENCH, *args, "--json", f.name]
+        if HOSTS is None:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+            rc, out, err = p.returncode, p.stdout, p.stderr
+        else:  # one process per rank, started on its fake host by the launch contract
+            import netns_hosts
+            n = int(args[args.index("-n") + 1])
+            env = dict(os.environ, SHOAL_TRANSPORT=args[args.index("--transport") + 1])
+            res = netns_hosts.run_job(HOSTS, [r % HOSTS.n for r in range(n)], argv, env=env,
+                                      store_bin=os.path.join(ROOT, "build", "shoal-store"), timeout=timeout)
+            rc, out, err = max(res.rcs, key=abs), res.outs[0], "".join(res.errs)
         wall = time.monotonic() - t0
-        if p.returncode != 0:
-            raise RuntimeError(f"shoal-bench {' '.join(args)} failed ({p.returncode}):\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
-        return json.load(open(f.name)), p.stdout, wall
+        if rc != 0:
+            raise RuntimeError(f"shoal-bench {' '.join(args)} failed ({rc}):\n{out[-2000:]}{err[-2000:]}")
+        return json.load(open(f.name)), out, wall
 
 
 def main() -> int:
@@ -46,13 +62,34 @@ def main() -> int:
     ap.add_argument("--transports", default="shm,tcp")
     ap.add_argument("--ops", default="all")
     ap.add_argument("--sizes", default="4K,64K,1M")
+    ap.add_argument("--fake-hosts", type=int, default=0)
     ap.add_argument("--out")
     a = ap.parse_args()
+    if a.fake_hosts:
+        global HOSTS
+        sys.path.insert(0, os.path.join(ROOT, "scripts"))
+        import netns_hosts
+        HOSTS = netns_hosts.FakeHosts(a.fake_hosts)
+        HOSTS.up()
+        try:
+            return run(a)
+        finally:
+            HOSTS.down()
+    return run(a)
+
+
+def run(a) -> int:
     ops = OPS if a.ops == "all" else a.ops.split(",")
     sizes = a.sizes.split(",")
+    where = f" --fake-hosts {a.fake_hosts}" if a.fake_hosts else ""
     lines = [
-        f"`python3 scripts/many_ranks.py --ranks {a.ranks} --transports {a.transports} --sizes {a.sizes}` "
+        f"`python3 scripts/many_ranks.py --ranks {a.ranks} --transports {a.transports} --sizes {a.sizes}{where}` "
         f"on {os.cpu_count()} cores.",
+        "",
+        "Per rank, mean / max over the ranks where two figures are given: the Communicator's construction; "
+        "one barrier; resident memory (shared pages counted); its own segment in /dev/shm; every segment "
+        "it maps (address space); open file descriptors. Ops checked: every op at every size, each "
+        "result against a reference (`--check`).",
         "",
         "| ranks | transport | init (mean / max) | barrier | RSS | /dev/shm reserved | mapped | fds | ops checked | slowest op |",
         "|---:|---|---|---:|---:|---:|---:|---:|---|---|",

@@ -41,10 +41,14 @@ void random_bytes(uint8_t* p, size_t n) {
   }
 }
 
-// Hostname and boot id: two processes that agree on both may share memory (the probe decides).
-// Hostname and boot id. SHOAL_HOST_ID replaces it: ranks given different ids behave as if on
-// different hosts (no shared memory between them, the hierarchical algorithms apply), so that
-// multi-host layouts can be tested on one machine.
+// Hostname, boot id and PID namespace: two processes that agree on all three may share memory
+// (the probe of each other's segment decides). The PID namespace is part of it because a rank
+// watches a shared-memory peer through the peer's pid (pidfd) and reads its memory by pid (CMA):
+// containers of one Kubernetes pod share a hostname and may share /dev/shm, but each has its own
+// PID namespace, where a peer's pid names another process or none.
+// SHOAL_HOST_ID replaces it: ranks given different ids behave as if on different hosts (no shared
+// memory between them, the hierarchical algorithms apply), so that multi-host layouts can be
+// tested on one machine.
 std::string host_identity() {
   if (const char* id = std::getenv("SHOAL_HOST_ID"); id && *id) return std::string("id:") + id;
   char host[256] = {0};
@@ -52,7 +56,9 @@ std::string host_identity() {
   std::string boot;
   std::ifstream f("/proc/sys/kernel/random/boot_id");
   std::getline(f, boot);
-  return std::string(host) + "/" + boot;
+  char pidns[64] = {0};
+  if (readlink("/proc/self/ns/pid", pidns, sizeof pidns - 1) < 0) pidns[0] = 0;
+  return std::string(host) + "/" + boot + "/" + pidns;
 }
 
 size_t env_size(const char* name, size_t def) {

@@ -61,6 +61,23 @@ def test_torch_ranks_in_separate_containers_talk_tcp():
     assert [g["transports"] for g in got] == [["self", "tcp"], ["tcp", "self"]]
 
 
+def test_torch_rank_in_another_pid_namespace_talks_tcp():
+    """Containers of one Kubernetes pod share the hostname and may share /dev/shm, but each has its
+    own PID namespace, where a peer's pid (which a rank watches through a pidfd and reads memory
+    by) names another process: such ranks talk TCP. Here rank 1 runs in a new PID namespace and
+    shares everything else with rank 0."""
+    port = str(free_port())
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    argv = [[sys.executable, "-c", RANK, "0", port], ["unshare", "--pid", "--fork", sys.executable, "-c", RANK, "1", port]]
+    procs = [subprocess.Popen(a, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for a in argv]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, out + err
+    got = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    assert [g["sum"] for g in got] == [3.0, 3.0]
+    assert [g["transports"] for g in got] == [["self", "tcp"], ["tcp", "self"]]
+
+
 # Two ranks (forked) in one container whose /dev/shm is too small for their segments: making the
 # group raises on both, naming the room needed and free; with SHOAL_TRANSPORT=tcp the group works.
 SMALL = textwrap.dedent("""
