@@ -10,7 +10,8 @@ not speed: the ranks outnumber the cores many times over). Prints a markdown tab
 it too. shoal raises its soft RLIMIT_NOFILE itself, up to the hard limit.
 
 --fake-hosts H spreads the ranks round-robin over H network-namespace hosts (scripts/netns_hosts.py,
-root): TCP between hosts, and within each host shared memory (shm) or TCP too (tcp).
+root): TCP between hosts, and within each host shared memory (shm: SHOAL_TRANSPORT=auto) or TCP
+too (tcp).
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ def bench(args, timeout=900):
         else:  # one process per rank, started on its fake host by the launch contract
             import netns_hosts
             n = int(args[args.index("-n") + 1])
-            env = dict(os.environ, SHOAL_TRANSPORT=args[args.index("--transport") + 1])
+            # shm: shared memory within each host and TCP between them (what "auto" does).
+            t = args[args.index("--transport") + 1]
+            env = dict(os.environ, SHOAL_TRANSPORT="auto" if t == "shm" else t)
             res = netns_hosts.run_job(HOSTS, [r % HOSTS.n for r in range(n)], argv, env=env,
                                       store_bin=os.path.join(ROOT, "build", "shoal-store"), timeout=timeout)
             rc, out, err = max(res.rcs, key=abs), res.outs[0], "".join(res.errs)
