@@ -20,7 +20,7 @@ python-install: .venv/.shoal-installed
 	@touch $@
 
 test-python: python-install
-	$(PY) -m pytest -q tests/python
+	$(PY) -m pytest -q --durations=25 tests/python
 
 test-torch-suite: python-install
 	SHOAL_TORCH_SUITE=full $(PY) -m pytest -q tests/python/test_torch_suite.py

@@ -123,8 +123,9 @@ def run(a) -> int:
                             slowest = (f"{op} {size}", row["shoal_us"])
                     print(f"  {n} {t} {op} {size}: {wall:.1f} s", file=sys.stderr, flush=True)
             failed = failed or bool(bad)
+            label = "shm + tcp between hosts" if HOSTS is not None and t == "shm" else t
             lines.append(
-                f"| {n} | {t} | {float(m['init']):.2f} / {float(m['init_max']):.2f} s | {barrier_us / 1000:.1f} ms "
+                f"| {n} | {label} | {float(m['init']):.2f} / {float(m['init_max']):.2f} s | {barrier_us / 1000:.1f} ms "
                 f"| {float(m['rss']):.1f} MiB | {float(m['shm']):.1f} MiB | {float(m['mapped']):.0f} MiB "
                 f"| {m['fds_max']} | {checked} ok" + (f", FAILED: {'; '.join(bad)}" if bad else "")
                 + f" | {slowest[0]}: {slowest[1] / 1000:.1f} ms |")
