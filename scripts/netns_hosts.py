@@ -3,7 +3,8 @@
 
 A fake host `shoal-hI` differs from the machine and from the other fake hosts the way a real host
 does, as far as shoal can tell (src/core/rendezvous.cpp judges "same host" by hostname + boot id
-+ a probe of a shared-memory segment):
++ PID namespace + a probe of a shared-memory segment, and "reachable over loopback" by boot id +
+network namespace):
 
 * network:  its own network namespace `shoal-hI` (`ip netns`), one veth `eth0` with addresses
             10.77.0.(I+1)/24 and fd77::(I+1)/64 (MTU default), plugged into the bridge `br0` of
@@ -162,7 +163,9 @@ class FakeHosts:
                 _sh("ip", "-n", BRIDGE_NS, "link", "set", port, "up")
                 _sh("ip", "-n", name, "addr", "add", f"{addr}/24", "dev", dev)
                 _sh("ip", "-n", name, "link", "set", dev, "up")
-            # nodad: usable at once (duplicate address detection would hold it back ~1 s).
+            # nodad: usable at once (duplicate address detection would hold it back ~1 s);
+            # keep_addr_on_down: the address survives a test taking the link down and up.
+            _sh("ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.eth0.keep_addr_on_down=1")
             _sh("ip", "-n", name, "addr", "add", f"{host_addr6(i)}/64", "dev", "eth0", "nodad")
             _sh("ip", "-n", name, "link", "set", "lo", "up")
             uts, mnt = f"{STATE}/{name}.uts", f"{STATE}/{name}.mnt"

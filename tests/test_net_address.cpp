@@ -13,10 +13,15 @@ using namespace shoal;
 
 namespace {
 
+// Sets (or unsets) a variable for a scope; restores what was there.
 struct ScopedEnv {
   std::string name;
-  ScopedEnv(const char* n, const char* v) : name(n) { v ? setenv(n, v, 1) : unsetenv(n); }
-  ~ScopedEnv() { unsetenv(name.c_str()); }
+  bool had;
+  std::string old;
+  ScopedEnv(const char* n, const char* v) : name(n), had(std::getenv(n) != nullptr), old(had ? std::getenv(n) : "") {
+    v ? setenv(n, v, 1) : unsetenv(n);
+  }
+  ~ScopedEnv() { had ? setenv(name.c_str(), old.c_str(), 1) : unsetenv(name.c_str()); }
 };
 
 TEST(NetAddress, IfnameSyntaxIsNccls) {
@@ -60,6 +65,8 @@ TEST(NetAddress, Loopback) {
   EXPECT_TRUE(is_loopback_address("::1"));
   EXPECT_FALSE(is_loopback_address("10.0.0.1"));
   EXPECT_FALSE(is_loopback_address("fd00::1"));
+  EXPECT_TRUE(is_loopback_address("::ffff:127.0.0.1"));  // IPv4 loopback, as a dual-stack socket names it
+  EXPECT_FALSE(is_loopback_address("::ffff:10.0.0.1"));
 }
 
 TEST(NetAddress, RulesInOrder) {
@@ -73,6 +80,7 @@ TEST(NetAddress, RulesInOrder) {
   for (const auto& i : list_interfaces()) has_other = has_other || (i.name.rfind("lo", 0) != 0 && i.name.rfind("docker", 0) != 0);
   if (has_other) {
     EXPECT_FALSE(is_loopback_address(advertise_address("127.0.1.1", true)));
+    EXPECT_FALSE(is_loopback_address(advertise_address("::ffff:127.0.0.1", true)));
   } else {
     try {
       advertise_address("127.0.1.1", true);
@@ -101,6 +109,16 @@ TEST(NetAddress, RulesInOrder) {
   {
     ScopedEnv f("SHOAL_SOCKET_FAMILY", "AF_INET7");
     EXPECT_THROW(advertise_address("", true), InvalidArgument);
+  }
+  {
+    // The store's address only in the family asked for; loopback of that family otherwise.
+    ScopedEnv f("SHOAL_SOCKET_FAMILY", "AF_INET6");
+    EXPECT_EQ(advertise_address("fd00::7", true), "fd00::7");
+    EXPECT_EQ(advertise_address("10.9.8.7", false), "::1");
+  }
+  {
+    ScopedEnv h("SHOAL_HOST", "[fd00::9]");  // brackets as in host:port
+    EXPECT_EQ(advertise_address("", true), "fd00::9");
   }
   bool lo6 = false;
   for (const auto& i : list_interfaces()) lo6 = lo6 || i.addr == "::1";

@@ -28,7 +28,8 @@ auto translate(const char* what, const std::string& key, F&& f) -> decltype(f())
 }
 
 // The source address the kernel picks for a datagram to host:port (connect() on a UDP socket
-// sends nothing): the interface that routes to the store's host. "" if it cannot be told.
+// sends nothing): the interface that routes to the store's host, IPv4 first for a name that has
+// both (as the links resolve peers' names). "" if it cannot be told.
 std::string route_source_to(const std::string& host, uint16_t port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -36,19 +37,24 @@ std::string route_source_to(const std::string& host, uint16_t port) {
   addrinfo* res = nullptr;
   if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) return "";
   std::string out;
-  int fd = ::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-    sockaddr_storage local{};
-    socklen_t len = sizeof local;
-    char buf[INET6_ADDRSTRLEN];
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      const void* a = local.ss_family == AF_INET6
-                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6&>(local).sin6_addr)
-                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in&>(local).sin_addr);
-      if (::inet_ntop(local.ss_family, a, buf, sizeof buf)) out = buf;
+  for (int pass = 0; pass < 2 && out.empty(); ++pass) {
+    for (const addrinfo* ai = res; ai && out.empty(); ai = ai->ai_next) {
+      if ((ai->ai_family == AF_INET) != (pass == 0)) continue;
+      int fd = ::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) continue;
+      sockaddr_storage local{};
+      socklen_t len = sizeof local;
+      char buf[INET6_ADDRSTRLEN];
+      if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+          ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+        const void* a = local.ss_family == AF_INET6
+                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6&>(local).sin6_addr)
+                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in&>(local).sin_addr);
+        if (::inet_ntop(local.ss_family, a, buf, sizeof buf)) out = buf;
+      }
+      ::close(fd);
     }
   }
-  if (fd >= 0) ::close(fd);
   ::freeaddrinfo(res);
   return out;
 }

@@ -13,7 +13,6 @@
 
 #include "core/log.h"
 #include "shoal/error.h"
-#include "transport/fd_limit.h"
 #include "transport/futex.h"
 #include "transport/shm_segment.h"
 
@@ -89,12 +88,6 @@ void Engine::set_shm(ShmControl* self, std::vector<ShmControl*> peers) {
   self_ = self;
   peer_ctl_ = std::move(peers);
   peer_ctl_.resize(size, nullptr);
-  size_t watched = 0;
-  for (int r = 0; r < size; ++r) watched += peer_ctl_[r] && r != rank;
-  // A pidfd per peer: without one, a peer's death is seen only at the op's timeout.
-  if (std::string err = make_fd_room(watched, "rank " + std::to_string(rank) + "'s watches on its shared-memory peers (pidfds)", "");
-      !err.empty())
-    throw Error(err);
   for (int r = 0; r < size; ++r) {
     if (!peer_ctl_[r] || r == rank) continue;
     pidfds_[r] = static_cast<int>(syscall(SYS_pidfd_open, peer_ctl_[r]->pid, 0));

@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "shoal/error.h"
 #include "transport/cma.h"
+#include "transport/fd_limit.h"
 #include "transport/net_address.h"
 #include "transport/shm_link.h"
 #include "transport/tcp_link.h"
@@ -59,6 +60,17 @@ std::string host_identity() {
   char pidns[64] = {0};
   if (readlink("/proc/self/ns/pid", pidns, sizeof pidns - 1) < 0) pidns[0] = 0;
   return std::string(host) + "/" + boot + "/" + pidns;
+}
+
+// Boot id and network namespace: ranks that agree on both reach each other over loopback, whatever
+// SHOAL_HOST_ID says (it simulates hosts; the network is still one).
+std::string network_identity() {
+  std::string boot;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot);
+  char netns[64] = {0};
+  if (readlink("/proc/self/ns/net", netns, sizeof netns - 1) < 0) netns[0] = 0;
+  return boot + "/" + netns;
 }
 
 size_t env_size(const char* name, size_t def) {
@@ -118,13 +130,61 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   const std::string short_id = id.substr(0, 16);
 
   // Whether every rank runs on this host (the choice of algorithm differs when all TCP bytes
-  // cost the same CPUs).
-  const auto host_ids = all_gather(store, "hostid", rank, size, host_identity(), timeout);
+  // cost the same CPUs), and whether some peer is outside this network namespace (then loopback
+  // is no address to advertise).
+  auto ids = all_gather(store, "hostid", rank, size, host_identity() + "|" + network_identity(), timeout);
+  std::vector<std::string> host_ids(size);
+  bool peer_elsewhere = false;
+  for (int r = 0; r < size; ++r) {
+    const size_t bar = ids[r].rfind('|');
+    host_ids[r] = ids[r].substr(0, bar);
+    peer_elsewhere = peer_elsewhere || ids[r].substr(bar + 1) != ids[rank].substr(ids[rank].rfind('|') + 1);
+  }
   const bool one_host = std::all_of(host_ids.begin(), host_ids.end(), [&](auto& h) { return h == host_ids[0]; });
   topo.hosts = HostMap::from_ids(host_ids);
   // Shared-memory ring slots: the ranks of this host, in rank order.
   const std::vector<int>& local = topo.hosts.ranks[topo.hosts.host_of[rank]];
   auto slot_of = [&](int r) { return static_cast<int>(std::find(local.begin(), local.end(), r) - local.begin()); };
+
+  TcpConfig cfg;
+  cfg.rank = rank;
+  cfg.size = size;
+  cfg.same_host.assign(size, false);
+  for (int r = 0; r < size; ++r) cfg.same_host[r] = r != rank && host_ids[r] == host_ids[rank];
+  // A value the user set applies to every peer; the defaults differ by host (TcpConfig says why).
+  if (opts.tcp_streams > 0) cfg.streams = cfg.local_streams = opts.tcp_streams;
+  if (opts.tcp_notsent_lowat >= 0) cfg.notsent_lowat = cfg.local_notsent_lowat = opts.tcp_notsent_lowat;
+
+  // What can fail on this rank alone, found before any peer waits on it: room for every
+  // descriptor the links may take (a pidfd per shared-memory peer, the sockets of a TCP one; a
+  // peer of this host counts as TCP, which it becomes if the probe fails), and the address to
+  // advertise. The failure reaches the peers in place of this rank's next published value.
+  std::string setup_error;
+  {
+    size_t fds = 1;  // the TCP listener
+    bool striped = false;
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) continue;
+      const bool shm_only = cfg.same_host[r] && opts.transport == TransportKind::shm;
+      fds += shm_only ? 1 : static_cast<size_t>(tcp_streams(cfg, r) + 1);
+      striped = striped || (!shm_only && tcp_streams(cfg, r) > 1);
+    }
+    setup_error = make_fd_room(fds, "rank " + std::to_string(rank) + "'s links to its peers (sockets and pidfds)",
+                               striped ? "use one socket per pair (SHOAL_TCP_STREAMS=1)" : "");
+  }
+  if (setup_error.empty()) {
+    try {
+      cfg.advertise_host = advertise_address(store_address, peer_elsewhere);
+    } catch (const Error& e) {
+      setup_error = e.what();
+    }
+  }
+  if (!setup_error.empty() && opts.transport == TransportKind::tcp) {
+    // The higher ranks read it in place of this rank's address (the lower ones, which wait for
+    // its connections, time out naming it).
+    store.set_string("tcp/" + std::to_string(rank), "!" + setup_error);
+    throw Error(setup_error);
+  }
 
   std::vector<bool> shm_pair(size, false);
   bool any_shm = false;  // some pair of ranks in the group uses shm (the same answer on every rank)
@@ -141,13 +201,15 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
     // A rank that cannot make its segment says so to the others before it fails, so that they
     // fail at once with its reason rather than wait for it until the timeout.
     std::string made = host_identity() + "|" + name + "|" + std::to_string(nonce);
-    std::string failure;
-    try {
-      topo.segs[rank] = ShmSegment::create(name, slots, ring, scratch, nonce);
-    } catch (const Error& e) {
-      failure = e.what();
-      made = "!" + failure;
+    std::string failure = setup_error;
+    if (failure.empty()) {
+      try {
+        topo.segs[rank] = ShmSegment::create(name, slots, ring, scratch, nonce);
+      } catch (const Error& e) {
+        failure = e.what();
+      }
     }
+    if (!failure.empty()) made = "!" + failure;
     auto hosts = all_gather(store, "host", rank, size, made, timeout);
     if (!failure.empty()) throw Error(failure);
     for (int r = 0; r < size; ++r)
@@ -199,20 +261,9 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   for (int r = 0; r < size; ++r)
     if (shm_pair[r]) links[r] = std::make_unique<ShmLink>(rank, r, slot_of(rank), slot_of(r), topo.segs[rank], topo.segs[r]);
 
-  TcpConfig cfg;
-  cfg.rank = rank;
-  cfg.size = size;
   cfg.use_tcp.assign(size, false);
   for (int r = 0; r < size; ++r) cfg.use_tcp[r] = r != rank && !shm_pair[r];
-  cfg.same_host.assign(size, false);
-  for (int r = 0; r < size; ++r) cfg.same_host[r] = r != rank && host_ids[r] == host_ids[rank];
-  // A value the user set applies to every peer; the defaults differ by host (TcpConfig says why).
-  if (opts.tcp_streams > 0) cfg.streams = cfg.local_streams = opts.tcp_streams;
-  if (opts.tcp_notsent_lowat >= 0) cfg.notsent_lowat = cfg.local_notsent_lowat = opts.tcp_notsent_lowat;
   std::memcpy(cfg.secret.data(), secret, sizeof secret);
-  bool peer_elsewhere = false;
-  for (int r = 0; r < size; ++r) peer_elsewhere = peer_elsewhere || (cfg.use_tcp[r] && !cfg.same_host[r]);
-  cfg.advertise_host = advertise_address(store_address, peer_elsewhere);
   cfg.deadline = deadline;
   cfg.epoll_fd = engine.epoll_fd();
   auto tcp = connect_tcp_links(store, cfg);

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -29,21 +30,26 @@ size_t open_fd_count() {
 
 std::string make_fd_room(size_t more, const std::string& what, const std::string& hint) {
   rlimit lim{};
-  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return "";
+  if (more == 0 || getrlimit(RLIMIT_NOFILE, &lim) != 0) return "";
   const size_t open_now = open_fd_count();
-  const size_t want = open_now + more + kMargin;
+  const size_t need = open_now + more;
+  // The margin is asked for, not required: a hard limit between need and need + margin still fits.
+  const size_t want = need + kMargin;
   if (lim.rlim_cur == RLIM_INFINITY || want <= lim.rlim_cur) return "";
-  if (lim.rlim_max == RLIM_INFINITY || want <= lim.rlim_max) {
-    const rlim_t old = lim.rlim_cur;
-    lim.rlim_cur = static_cast<rlim_t>(want);
-    if (setrlimit(RLIMIT_NOFILE, &lim) == 0) {
-      SHOAL_LOG(info, "raised the soft RLIMIT_NOFILE from %llu to %zu for %s", static_cast<unsigned long long>(old),
-                want, what.c_str());
+  const rlim_t soft = lim.rlim_cur;
+  if (lim.rlim_max == RLIM_INFINITY || need <= lim.rlim_max) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max == RLIM_INFINITY ? static_cast<rlim_t>(want)
+                                                     : std::min<rlim_t>(lim.rlim_max, static_cast<rlim_t>(want));
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      SHOAL_LOG(info, "raised the soft RLIMIT_NOFILE from %llu to %llu for %s", static_cast<unsigned long long>(soft),
+                static_cast<unsigned long long>(raised.rlim_cur), what.c_str());
       return "";
     }
+    if (need <= soft) return "";  // no room for the margin, but room for the need
   }
   return what + " needs " + std::to_string(more) + " file descriptors, with " + std::to_string(open_now) +
-         " open already, but RLIMIT_NOFILE allows " + std::to_string(lim.rlim_cur) + " (hard limit " +
+         " open already, but RLIMIT_NOFILE allows " + std::to_string(soft) + " (hard limit " +
          (lim.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(lim.rlim_max)) +
          "): raise it (`ulimit -n " + std::to_string(want) + "`, LimitNOFILE= in systemd, --ulimit nofile= in "
          "Docker)" + (hint.empty() ? "" : " or " + hint);

@@ -1,10 +1,11 @@
 // Room for the file descriptors a rank's links need.
 //
-// A TCP peer costs tcp_streams + 1 descriptors (data streams and the control connection), so a
-// full mesh of a thousand ranks passes the soft RLIMIT_NOFILE most systems start processes with
-// (1,024). Before opening its sockets a rank raises its soft limit toward the hard one, as Ray and
-// Open MPI do; where even the hard limit is too low it fails at once with an error that names the
-// limit, the need and the fix, rather than with EMFILE half-way through connecting.
+// A TCP peer costs tcp_streams + 1 descriptors (data streams and the control connection), a
+// shared-memory peer 1 (the pidfd that shows its death), so a full mesh of a thousand ranks passes
+// the soft RLIMIT_NOFILE most systems start processes with (1,024). Before a group opens them a
+// rank raises its soft limit (to what it needs plus a margin, at most the hard limit), as Ray and
+// Open MPI do; where even the hard limit is too low it fails with an error that names the limit,
+// the need and the fix, rather than with EMFILE half-way through connecting.
 #pragma once
 #include <string>
 

@@ -100,12 +100,30 @@ bool is_loopback_address(const std::string& addr) {
   in_addr a4{};
   in6_addr a6{};
   if (inet_pton(AF_INET, addr.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
-  if (inet_pton(AF_INET6, addr.c_str(), &a6) == 1) return IN6_IS_ADDR_LOOPBACK(&a6);
+  if (inet_pton(AF_INET6, addr.c_str(), &a6) == 1)
+    return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
   return addr == "localhost";
 }
 
+namespace {
+
+// The family of a numeric address (0 for a name).
+int family_of(const std::string& addr) {
+  in_addr a4{};
+  in6_addr a6{};
+  if (inet_pton(AF_INET, addr.c_str(), &a4) == 1) return AF_INET;
+  if (inet_pton(AF_INET6, addr.c_str(), &a6) == 1) return AF_INET6;
+  return 0;
+}
+
+std::string unbracketed(const std::string& h) {
+  return h.size() > 2 && h.front() == '[' && h.back() == ']' ? h.substr(1, h.size() - 2) : h;
+}
+
+}  // namespace
+
 std::string advertise_address(const std::string& store_address, bool peer_elsewhere) {
-  if (std::string h = env("SHOAL_HOST"); !h.empty()) return h;
+  if (std::string h = env("SHOAL_HOST"); !h.empty()) return unbracketed(h);
   const int family = family_preference();
   const std::string spec = env("SHOAL_SOCKET_IFNAME");
   if (!spec.empty()) {
@@ -117,8 +135,10 @@ std::string advertise_address(const std::string& store_address, bool peer_elsewh
                   describe(ifs));
     return a;
   }
-  if (!store_address.empty() && !(peer_elsewhere && is_loopback_address(store_address))) return store_address;
-  if (!peer_elsewhere) return "127.0.0.1";
+  const bool store_fits = !store_address.empty() && (!family || family_of(store_address) == family) &&
+                          !(peer_elsewhere && is_loopback_address(store_address));
+  if (store_fits) return store_address;
+  if (!peer_elsewhere) return family == AF_INET6 ? "::1" : "127.0.0.1";
   const auto ifs = list_interfaces();
   std::string a = pick(ifs, "^docker,lo", family);
   if (a.empty())
@@ -150,11 +170,12 @@ bool split_host_port(const std::string& hostport, std::string* host, std::string
   return !host->empty() && !port->empty();
 }
 
-std::string SockAddr::str() const {
-  const int port = family() == AF_INET ? ntohs(reinterpret_cast<const sockaddr_in&>(ss).sin_port)
-                                       : ntohs(reinterpret_cast<const sockaddr_in6&>(ss).sin6_port);
-  return join_host_port(numeric_host(get()), port);
+int SockAddr::port() const {
+  return family() == AF_INET ? ntohs(reinterpret_cast<const sockaddr_in&>(ss).sin_port)
+                             : ntohs(reinterpret_cast<const sockaddr_in6&>(ss).sin6_port);
 }
+
+std::string SockAddr::str() const { return join_host_port(numeric_host(get()), port()); }
 
 std::string resolve_host_port(const std::string& hostport, SockAddr* out) {
   std::string host, port;

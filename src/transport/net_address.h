@@ -6,10 +6,11 @@
 //      syntax (NCCL_SOCKET_IFNAME): a comma-separated list of name prefixes ("eth,ib"), "=" before
 //      the list for exact names ("=eth0"), "^" before it to exclude ("^docker,lo", "^=eth1");
 //   3. the address its connection to the store leaves from (Store::local_address), unless that is
-//      loopback and a peer is on another host: a host whose name resolves to 127.0.x.x must not
-//      tell other hosts to dial loopback;
-//   4. the address of the first interface NCCL's default admits ("^docker,lo") when a peer is on
-//      another host, else 127.0.0.1.
+//      loopback and a peer is outside this network namespace (on another host: a host whose name
+//      resolves to 127.0.x.x must not tell other hosts to dial loopback), or of another family
+//      than SHOAL_SOCKET_FAMILY;
+//   4. the address of the first interface NCCL's default admits ("^docker,lo") when a peer is
+//      outside this network namespace, else loopback (::1 with SHOAL_SOCKET_FAMILY=AF_INET6).
 // Among an interface's addresses IPv4 comes first, unless SHOAL_SOCKET_FAMILY=AF_INET6 (NCCL's
 // NCCL_SOCKET_FAMILY); AF_INET takes IPv4 only. IPv6 link-local addresses are never used.
 #pragma once
@@ -34,7 +35,7 @@ std::vector<NetInterface> list_interfaces();
 bool ifname_matches(const std::string& spec, const std::string& name);
 
 // The address a rank advertises (rules 1-4 above). `store_address` is Store::local_address() ("" if
-// none); `peer_elsewhere`: some TCP peer is on another host. Throws shoal::Error naming the
+// none); `peer_elsewhere`: some peer is outside this rank's network namespace. Throws shoal::Error naming the
 // interfaces when none fits.
 std::string advertise_address(const std::string& store_address, bool peer_elsewhere);
 
@@ -50,6 +51,7 @@ struct SockAddr {
   socklen_t len = 0;
   int family() const { return ss.ss_family; }
   const sockaddr* get() const { return reinterpret_cast<const sockaddr*>(&ss); }
+  int port() const;
   std::string str() const;  // "10.0.0.2:5000", "[fd00::2]:5000"
 };
 

@@ -51,8 +51,17 @@ std::string ShmControl::aborted_message(int owner) const {
   return "rank " + std::to_string(owner) + " aborted: " + std::string(reason, strnlen(reason, sizeof reason));
 }
 
+namespace {
+// This process's PID namespace (its inode): a pid in a segment's name means something only there.
+unsigned long pid_namespace() {
+  struct stat st {};
+  return stat("/proc/self/ns/pid", &st) == 0 ? static_cast<unsigned long>(st.st_ino) : 0;
+}
+}  // namespace
+
 std::string ShmSegment::make_name(int pid, const std::string& group_id, int rank) {
-  return "/shoal-" + std::to_string(pid) + "-" + group_id + "-" + std::to_string(rank);
+  return "/shoal-" + std::to_string(pid) + "-n" + std::to_string(pid_namespace()) + "-" + group_id + "-" +
+         std::to_string(rank);
 }
 
 size_t ShmSegment::bytes_for(int slots, size_t ring_bytes, size_t scratch_bytes) {
@@ -162,7 +171,10 @@ void ShmSegment::remove_stale_segments() {
   if (!d) return;
   while (dirent* e = readdir(d)) {
     int pid = 0;
-    if (std::sscanf(e->d_name, "shoal-%d-", &pid) != 1 || pid <= 0) continue;
+    unsigned long ns = 0;
+    if (std::sscanf(e->d_name, "shoal-%d-n%lu-", &pid, &ns) != 2 || pid <= 0) continue;
+    // Another PID namespace's pid (a container sharing /dev/shm) cannot be judged from here.
+    if (ns != pid_namespace()) continue;
     if (kill(pid, 0) == 0 || errno == EPERM) continue;  // still running (or not ours to judge)
     std::string name = std::string("/") + e->d_name;
     if (shm_unlink(name.c_str()) == 0) SHOAL_LOG(info, "removed stale shared segment %s", name.c_str());

@@ -57,8 +57,9 @@ class ShmSegment {
   bool valid() const { return base_ != nullptr; }
   void unlink();  // removes the name (the mapping stays)
 
+  // "/shoal-<pid>-n<PID namespace inode>-<group>-<rank>".
   static std::string make_name(int pid, const std::string& group_id, int rank);
-  // Unlinks /dev/shm/shoal-<pid>-* whose pid is no longer running.
+  // Unlinks /dev/shm/shoal-<pid>-n<ns>-* of this PID namespace whose pid is no longer running.
   static void remove_stale_segments();
 
  private:

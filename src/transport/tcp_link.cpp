@@ -24,7 +24,6 @@
 
 #include "core/log.h"
 #include "shoal/error.h"
-#include "transport/fd_limit.h"
 #include "transport/net_address.h"
 
 namespace shoal {
@@ -473,12 +472,13 @@ int listen_any() {
   int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd >= 0) {
     int zero = 0;
-    (void)::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
     set_buffers(fd, 0);  // accepted sockets inherit the buffers (and the window scale that goes with them)
     sockaddr_in6 a{};
     a.sin6_family = AF_INET6;
     a.sin6_addr = in6addr_any;
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd, 128) == 0) return fd;
+    if (::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) == 0 &&
+        ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd, 128) == 0)
+      return fd;
     close_fd(fd);
   }
   fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -500,8 +500,7 @@ int port_of(int fd) {
   a.len = sizeof a.ss;
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a.ss), &a.len) != 0)
     throw Error("tcp set-up: getsockname: " + errno_string(errno));
-  return a.family() == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6&>(a.ss).sin6_port)
-                                : ntohs(reinterpret_cast<sockaddr_in&>(a.ss).sin_port);
+  return a.port();
 }
 
 // One outgoing connection (to a lower rank), driven by the set-up loop.
@@ -596,22 +595,6 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
   auto tcp_peer = [&](int j) { return j != rank && cfg.use_tcp[j]; };
   // Connections to peer j: its data streams, then the control connection (index streams).
   auto nconns = [&](int j) { return tcp_streams(cfg, j) + 1; };
-
-  // Room for every socket, or a failure the higher ranks read in place of this rank's address
-  // (the lower ones, which wait for its connections, time out naming it).
-  size_t need = 1;  // the listener
-  bool striped = false;
-  for (int j = 0; j < cfg.size; ++j)
-    if (tcp_peer(j)) {
-      need += static_cast<size_t>(nconns(j));
-      striped = striped || nconns(j) > 2;
-    }
-  const std::string what = format("rank %d's TCP links to its peers", rank);
-  if (std::string err = make_fd_room(need, what, striped ? "use one socket per pair (SHOAL_TCP_STREAMS=1)" : "");
-      !err.empty()) {
-    store.set_string("tcp/" + std::to_string(rank), "!" + err);
-    throw Error("tcp set-up: " + err);
-  }
 
   SetupFds fds;
   fds.in.resize(cfg.size);

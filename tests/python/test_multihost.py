@@ -173,14 +173,15 @@ def test_store_over_loopback_advertises_an_interface(hosts):
 @pytest.mark.parametrize("store_v6", [True, False], ids=["store-and-links", "links"])
 def test_ipv6_end_to_end(hosts, store_v6):
     """IPv6 for the store and the links (the store at [fd77::1]), or for the links alone
-    (SHOAL_SOCKET_FAMILY=AF_INET6 picks eth0's IPv6 address while the store stays IPv4)."""
+    (SHOAL_SOCKET_FAMILY=AF_INET6 with the store on IPv4: the store's address is of the other
+    family, so the rank advertises the first interface's IPv6 address, eth0's)."""
     layout = [0, 1, 0, 1]
     env = {"SHOAL_LOG": "debug"}
     job = {}
     if store_v6:
         job = dict(store_host=hosts.addr6(0), rank_env=lambda r, port: {"SHOAL_STORE": f"[{hosts.addr6(0)}]:{port}"})
     else:
-        env.update(SHOAL_SOCKET_IFNAME="eth0", SHOAL_SOCKET_FAMILY="AF_INET6")
+        env.update(SHOAL_SOCKET_FAMILY="AF_INET6")
     res = bench(hosts, layout, "alltoall", sizes=("4K", "1M", "256"), env=env, **job)
     check_transports(res)
     assert advertised(res) == {r: hosts.addr6(h) for r, h in enumerate(layout)}
