@@ -1,4 +1,5 @@
-// TCP links to peers on other hosts (or to every peer with SHOAL_TRANSPORT=tcp).
+// TCP links to peers on other hosts (or to every peer with SHOAL_TRANSPORT=tcp). The set-up is in
+// tcp_connect.cpp, the link (framing, striping, flow control) in tcp_link.cpp.
 //
 // Set-up (collective: every rank calls connect_tcp_links, even one with no TCP peer): each rank
 // listens, publishes "tcp/<rank>" = advertise_host:port in the store, connects `streams` sockets
