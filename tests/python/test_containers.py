@@ -50,15 +50,19 @@ RANK = textwrap.dedent("""
 """)
 
 
-def test_torch_ranks_in_separate_containers_talk_tcp():
-    port = str(free_port())
-    procs = [in_container("64m", [sys.executable, "-c", RANK, str(r), port], wait=False) for r in range(2)]
+def check_two_ranks_talk_tcp(procs):
+    """Both ranks (RANK) summed right, and each reached the other over TCP."""
     outs = [p.communicate(timeout=120) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, out + err
     got = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
     assert [g["sum"] for g in got] == [3.0, 3.0]
     assert [g["transports"] for g in got] == [["self", "tcp"], ["tcp", "self"]]
+
+
+def test_torch_ranks_in_separate_containers_talk_tcp():
+    port = str(free_port())
+    check_two_ranks_talk_tcp([in_container("64m", [sys.executable, "-c", RANK, str(r), port], wait=False) for r in range(2)])
 
 
 def test_torch_rank_in_another_pid_namespace_talks_tcp():
@@ -69,13 +73,7 @@ def test_torch_rank_in_another_pid_namespace_talks_tcp():
     port = str(free_port())
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     argv = [[sys.executable, "-c", RANK, "0", port], ["unshare", "--pid", "--fork", sys.executable, "-c", RANK, "1", port]]
-    procs = [subprocess.Popen(a, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for a in argv]
-    outs = [p.communicate(timeout=120) for p in procs]
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, out + err
-    got = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
-    assert [g["sum"] for g in got] == [3.0, 3.0]
-    assert [g["transports"] for g in got] == [["self", "tcp"], ["tcp", "self"]]
+    check_two_ranks_talk_tcp([subprocess.Popen(a, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for a in argv])
 
 
 # Two ranks (forked) in one container whose /dev/shm is too small for their segments: making the
