@@ -576,6 +576,26 @@ TEST(DevShm, TooSmallIsAnErrorAtCreation) {
   umount("/dev/shm");
 }
 
+// A rank that never joins the group's creation: the others fail with a Timeout at the group's
+// timeout that names it (rank 0, which gathers the ranks' keys, and the others, which wait for
+// rank 0's combined key, alike).
+TEST(Rendezvous, TimeoutNamesTheRankThatNeverCame) {
+  for (const std::string transport : {"shm", "tcp"}) {
+    SCOPED_TRACE(transport);
+    RunConfig cfg = failure_config(transport, 2);
+    cfg.before_construct = [](int rank) {
+      if (rank == 2) _exit(0);
+    };
+    auto res = run_ranks_outcomes(4, cfg, [](Communicator&) { SH_CHECK(false) << "construction succeeded"; });
+    for (int r : {0, 1, 3}) {
+      const auto& o = res.ranks[r];
+      EXPECT_FALSE(o.hung) << res.describe();
+      EXPECT_EQ(o.error_kind, "setup") << res.describe();
+      EXPECT_NE(o.message.find("timed out waiting for rank(s) 2 (hostid)"), std::string::npos) << o.message;
+    }
+  }
+}
+
 // Containers on one host share its name and boot id but not /dev/shm (each has its own IPC and
 // mount namespaces): the probe finds no segment of a peer in another one, and the pair talks TCP.
 // Ranks 0 and 1 stay in the test's namespaces; ranks 2 and 3 each enter new ones with a /dev/shm of

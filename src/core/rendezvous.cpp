@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -98,24 +99,40 @@ size_t default_ring_bytes(int slots) {
 // Every rank sets key/<rank>; rank 0 reads them all and sets key/all, which every rank reads:
 // 3p store requests per gather instead of p^2 (each rank reading every other's key), which at 128
 // ranks made the group's creation take seconds. key/all holds each value as "<length>:<bytes>".
+// A rank that times out names the ranks whose keys are missing.
 std::vector<std::string> all_gather(Store& store, const std::string& key, int rank, int size, const std::string& mine,
-                                    Millis timeout) {
+                                    Clock::time_point deadline) {
   if (size == 1) return {mine};
-  store.set_string(key + "/" + std::to_string(rank), mine);
-  if (rank == 0) {
-    std::string all;
-    for (int r = 0; r < size; ++r) {
-      const std::string v = r == 0 ? mine : store.get_string(key + "/" + std::to_string(r), timeout);
-      all += std::to_string(v.size()) + ":" + v;
+  auto left = [&] { return std::max(Millis(0), std::chrono::ceil<Millis>(deadline - Clock::now())); };
+  auto rank_key = [&](int r) { return key + "/" + std::to_string(r); };
+  store.set_string(rank_key(rank), mine);
+  std::string all;
+  try {
+    if (rank == 0) {
+      for (int r = 0; r < size; ++r) {
+        const std::string v = r == 0 ? mine : store.get_string(rank_key(r), left());
+        all += std::to_string(v.size()) + ":" + v;
+      }
+      store.set_string(key + "/all", all);
+    } else {
+      all = store.get_string(key + "/all", left());
     }
-    store.set_string(key + "/all", all);
+  } catch (const Timeout&) {
+    std::vector<int> missing;
+    for (int r = 0; r < size; ++r)
+      if (!store.check(rank_key(r))) missing.push_back(r);
+    std::string who;
+    for (int r : missing) who += (who.empty() ? "" : ", ") + std::to_string(r);
+    throw Timeout("rendezvous timed out waiting for rank(s) " + (who.empty() ? std::string("0") : who) + " (" + key +
+                  ")");
   }
-  const std::string all = store.get_string(key + "/all", timeout);
   std::vector<std::string> out;
   for (size_t at = 0; at < all.size() && out.size() < static_cast<size_t>(size);) {
     const size_t colon = all.find(':', at);
-    if (colon == std::string::npos) break;
-    const size_t len = std::stoull(all.substr(at, colon - at));
+    size_t len = 0;
+    const auto [end, ec] = std::from_chars(all.data() + at, all.data() + std::min(colon, all.size()), len);
+    if (colon == std::string::npos || ec != std::errc() || end != all.data() + colon || len > all.size() - colon - 1)
+      break;
     out.push_back(all.substr(colon + 1, len));
     at = colon + 1 + len;
   }
@@ -151,7 +168,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   // Whether every rank runs on this host (the choice of algorithm differs when all TCP bytes
   // cost the same CPUs), and whether some peer is outside this network namespace (then loopback
   // is no address to advertise).
-  auto ids = all_gather(store, "hostid", rank, size, host_identity() + "|" + network_identity(), timeout);
+  auto ids = all_gather(store, "hostid", rank, size, host_identity() + "|" + network_identity(), deadline);
   std::vector<std::string> host_ids(size);
   bool peer_elsewhere = false;
   for (int r = 0; r < size; ++r) {
@@ -229,11 +246,11 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
       }
     }
     if (!failure.empty()) made = "!" + failure;
-    auto hosts = all_gather(store, "host", rank, size, made, timeout);
+    auto hosts = all_gather(store, "host", rank, size, made, deadline);
     if (!failure.empty()) throw Error(failure);
     for (int r = 0; r < size; ++r)
       if (!hosts[r].empty() && hosts[r][0] == '!')
-        throw Error("rank " + std::to_string(r) + " could not make its shared-memory segment: " + hosts[r].substr(1));
+        throw Error("rank " + std::to_string(r) + " failed to set up: " + hosts[r].substr(1));
     const std::string me = host_identity();
     std::string reach(size, '0');
     reach[rank] = '1';
@@ -254,7 +271,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
         SHOAL_LOG(info, "shared-memory probe of rank %d failed: %s", r, e.what());
       }
     }
-    auto reaches = all_gather(store, "reach", rank, size, reach, timeout);
+    auto reaches = all_gather(store, "reach", rank, size, reach, deadline);
     topo.single_copy = true;
     for (int a = 0; a < size; ++a)
       for (int b = 0; b < size; ++b)
@@ -268,7 +285,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
       else if (r != rank) topo.segs[r] = ShmSegment();
     }
     // Every peer has mapped what it needs: remove the name so nothing is left in /dev/shm.
-    all_gather(store, "mapped", rank, size, "1", timeout);
+    all_gather(store, "mapped", rank, size, "1", deadline);
     topo.segs[rank].unlink();
   }
   if (opts.transport == TransportKind::shm)

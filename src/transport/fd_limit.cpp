@@ -41,7 +41,7 @@ std::string make_fd_room(size_t more, const std::string& what, const std::string
     rlimit raised = lim;
     raised.rlim_cur = lim.rlim_max == RLIM_INFINITY ? static_cast<rlim_t>(want)
                                                      : std::min<rlim_t>(lim.rlim_max, static_cast<rlim_t>(want));
-    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+    if (raised.rlim_cur > soft && setrlimit(RLIMIT_NOFILE, &raised) == 0) {
       SHOAL_LOG(info, "raised the soft RLIMIT_NOFILE from %llu to %llu for %s", static_cast<unsigned long long>(soft),
                 static_cast<unsigned long long>(raised.rlim_cur), what.c_str());
       return "";

@@ -170,9 +170,10 @@ void ShmSegment::remove_stale_segments() {
   DIR* d = opendir("/dev/shm");
   if (!d) return;
   while (dirent* e = readdir(d)) {
-    int pid = 0;
-    unsigned long ns = 0;
-    if (std::sscanf(e->d_name, "shoal-%d-n%lu-", &pid, &ns) != 2 || pid <= 0) continue;
+    int pid = 0, at = 0;
+    unsigned long ns = pid_namespace();  // names without one (earlier releases): taken as this one's
+    if (std::sscanf(e->d_name, "shoal-%d-%n", &pid, &at) != 1 || pid <= 0 || at == 0) continue;
+    if (e->d_name[at] == 'n' && std::sscanf(e->d_name + at, "n%lu-", &ns) != 1) continue;
     // Another PID namespace's pid (a container sharing /dev/shm) cannot be judged from here.
     if (ns != pid_namespace()) continue;
     if (kill(pid, 0) == 0 || errno == EPERM) continue;  // still running (or not ours to judge)
