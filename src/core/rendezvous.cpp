@@ -51,28 +51,30 @@ void random_bytes(uint8_t* p, size_t n) {
 // SHOAL_HOST_ID replaces it: ranks given different ids behave as if on different hosts (no shared
 // memory between them, the hierarchical algorithms apply), so that multi-host layouts can be
 // tested on one machine.
+std::string boot_id() {
+  std::string boot;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot);
+  return boot;
+}
+
+// This process's namespace of a kind ("pid", "net"), as /proc names it: "pid:[4026531836]".
+std::string namespace_of(const char* kind) {
+  char link[64] = {0};
+  if (readlink((std::string("/proc/self/ns/") + kind).c_str(), link, sizeof link - 1) < 0) link[0] = 0;
+  return link;
+}
+
 std::string host_identity() {
   if (const char* id = std::getenv("SHOAL_HOST_ID"); id && *id) return std::string("id:") + id;
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
-  std::string boot;
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::getline(f, boot);
-  char pidns[64] = {0};
-  if (readlink("/proc/self/ns/pid", pidns, sizeof pidns - 1) < 0) pidns[0] = 0;
-  return std::string(host) + "/" + boot + "/" + pidns;
+  return std::string(host) + "/" + boot_id() + "/" + namespace_of("pid");
 }
 
 // Boot id and network namespace: ranks that agree on both reach each other over loopback, whatever
 // SHOAL_HOST_ID says (it simulates hosts; the network is still one).
-std::string network_identity() {
-  std::string boot;
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::getline(f, boot);
-  char netns[64] = {0};
-  if (readlink("/proc/self/ns/net", netns, sizeof netns - 1) < 0) netns[0] = 0;
-  return boot + "/" + netns;
-}
+std::string network_identity() { return boot_id() + "/" + namespace_of("net"); }
 
 size_t env_size(const char* name, size_t def) {
   const char* s = std::getenv(name);
@@ -168,13 +170,14 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   // Whether every rank runs on this host (the choice of algorithm differs when all TCP bytes
   // cost the same CPUs), and whether some peer is outside this network namespace (then loopback
   // is no address to advertise).
-  auto ids = all_gather(store, "hostid", rank, size, host_identity() + "|" + network_identity(), deadline);
+  const std::string me = host_identity(), my_network = network_identity();
+  auto ids = all_gather(store, "hostid", rank, size, me + "|" + my_network, deadline);
   std::vector<std::string> host_ids(size);
   bool peer_elsewhere = false;
   for (int r = 0; r < size; ++r) {
     const size_t bar = ids[r].rfind('|');
     host_ids[r] = ids[r].substr(0, bar);
-    peer_elsewhere = peer_elsewhere || ids[r].substr(bar + 1) != ids[rank].substr(ids[rank].rfind('|') + 1);
+    peer_elsewhere = peer_elsewhere || ids[r].substr(bar + 1) != my_network;
   }
   const bool one_host = std::all_of(host_ids.begin(), host_ids.end(), [&](auto& h) { return h == host_ids[0]; });
   topo.hosts = HostMap::from_ids(host_ids);
@@ -218,7 +221,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   if (!setup_error.empty() && opts.transport == TransportKind::tcp) {
     // The higher ranks read it in place of this rank's address (the lower ones, which wait for
     // its connections, time out naming it).
-    store.set_string("tcp/" + std::to_string(rank), "!" + setup_error);
+    publish_tcp_setup_failure(store, rank, setup_error);
     throw Error(setup_error);
   }
 
@@ -236,7 +239,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
     const std::string name = ShmSegment::make_name(getpid(), short_id, rank);
     // A rank that cannot make its segment says so to the others before it fails, so that they
     // fail at once with its reason rather than wait for it until the timeout.
-    std::string made = host_identity() + "|" + name + "|" + std::to_string(nonce);
+    std::string made = me + "|" + name + "|" + std::to_string(nonce);
     std::string failure = setup_error;
     if (failure.empty()) {
       try {
@@ -251,7 +254,6 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
     for (int r = 0; r < size; ++r)
       if (!hosts[r].empty() && hosts[r][0] == '!')
         throw Error("rank " + std::to_string(r) + " failed to set up: " + hosts[r].substr(1));
-    const std::string me = host_identity();
     std::string reach(size, '0');
     reach[rank] = '1';
     for (int r = 0; r < size; ++r) {

@@ -28,6 +28,9 @@ namespace {
 using namespace tcp_detail;
 using Clock = std::chrono::steady_clock;
 
+// Where a rank publishes the address its peers dial, or "!" and why it cannot take part.
+std::string address_key(int rank) { return "tcp/" + std::to_string(rank); }
+
 // SO_SNDBUF/SO_RCVBUF to request; 0 leaves the buffers to the kernel's autotuning. Setting them
 // turns autotuning off, and on loopback (2 processes, 64 MiB messages) fixed 4 MiB buffers cost
 // about 20% more CPU per byte than autotuned ones (cache footprint), while on long-haul paths
@@ -175,6 +178,10 @@ int tcp_notsent_lowat(const TcpConfig& cfg, int peer) {
   return on_this_host(cfg, peer) ? cfg.local_notsent_lowat : cfg.notsent_lowat;
 }
 
+void publish_tcp_setup_failure(Store& store, int rank, const std::string& why) {
+  store.set_string(address_key(rank), "!" + why);
+}
+
 std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConfig& cfg) {
   if (cfg.size < 1 || cfg.rank < 0 || cfg.rank >= cfg.size)
     throw InvalidArgument(format("tcp set-up: rank %d out of range for size %d", cfg.rank, cfg.size));
@@ -196,7 +203,7 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
   // Listen and publish.
   fds.listener = listen_any();
   std::string me = join_host_port(cfg.advertise_host.empty() ? "127.0.0.1" : cfg.advertise_host, port_of(fds.listener));
-  store.set_string("tcp/" + std::to_string(rank), me);
+  store.set_string(address_key(rank), me);
   SHOAL_LOG(debug, "tcp: listening on %s", me.c_str());
 
   // Addresses of the lower peers (each published before looking up anyone else's).
@@ -204,7 +211,7 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
     if (!tcp_peer(j)) continue;
     std::string addr;
     try {
-      addr = store.get_string("tcp/" + std::to_string(j), remaining(cfg.deadline));
+      addr = store.get_string(address_key(j), remaining(cfg.deadline));
     } catch (const Timeout&) {
       throw Timeout(format("tcp set-up timed out: rank %d never published its address (tcp/%d)", j, j));
     }

@@ -72,6 +72,11 @@ struct TcpConfig {
 // Returns one Link per peer, null where use_tcp is false (and for this rank).
 std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConfig& cfg);
 
+// Instead of connect_tcp_links, for a rank that cannot take part: publishes `why` where its address
+// would be, so that the higher ranks' set-up fails at once naming it (the lower ones, which wait
+// for its connections, time out).
+void publish_tcp_setup_failure(Store& store, int rank, const std::string& why);
+
 // The data streams, and the TCP_NOTSENT_LOWAT, of the pair with `peer` (the same on both sides).
 int tcp_streams(const TcpConfig& cfg, int peer);
 int tcp_notsent_lowat(const TcpConfig& cfg, int peer);
