@@ -142,6 +142,27 @@ std::vector<std::string> all_gather(Store& store, const std::string& key, int ra
   return out;
 }
 
+// Before every rank leaves rendezvous with an error found in key/all: rank 0, which serves the
+// store in torch's and Ray's groups, must not take the store down while a peer has still to read
+// key/all (that peer would report a lost store instead of the cause). Every other rank says it has
+// read; rank 0 waits for them, briefly, as they are all past the gather already.
+void hold_store_until_read(Store& store, const std::string& key, int rank, int size, Clock::time_point deadline) {
+  if (size == 1) return;
+  const std::string read = key + "/read/";
+  if (rank != 0) {
+    store.set_string(read + std::to_string(rank), "1");
+    return;
+  }
+  std::vector<std::string> keys;
+  for (int r = 1; r < size; ++r) keys.push_back(read + std::to_string(r));
+  const Millis left = std::max(Millis(0), std::chrono::ceil<Millis>(deadline - Clock::now()));
+  try {
+    store.wait(keys, std::min(left, Millis(10000)));
+  } catch (const Error&) {
+    // A peer that has not read by now is gone or stuck: the cause is still ours to raise.
+  }
+}
+
 }  // namespace
 
 Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std::string& store_address) {
@@ -250,10 +271,14 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
     }
     if (!failure.empty()) made = "!" + failure;
     auto hosts = all_gather(store, "host", rank, size, made, deadline);
-    if (!failure.empty()) throw Error(failure);
-    for (int r = 0; r < size; ++r)
-      if (!hosts[r].empty() && hosts[r][0] == '!')
-        throw Error("rank " + std::to_string(r) + " failed to set up: " + hosts[r].substr(1));
+    int failed = failure.empty() ? -1 : rank;
+    for (int r = 0; r < size && failed < 0; ++r)
+      if (!hosts[r].empty() && hosts[r][0] == '!') failed = r;
+    if (failed >= 0) {
+      hold_store_until_read(store, "host", rank, size, deadline);
+      if (failed == rank) throw Error(failure);
+      throw Error("rank " + std::to_string(failed) + " failed to set up: " + hosts[failed].substr(1));
+    }
     std::string reach(size, '0');
     reach[rank] = '1';
     for (int r = 0; r < size; ++r) {
