@@ -608,6 +608,49 @@ TEST(Rendezvous, TimeoutNamesTheRankThatNeverCame) {
   }
 }
 
+// Over TCP a pair connects when it first talks, so an address that does not reach a rank (a wrong
+// SHOAL_HOST, a firewall) shows at the first op between the two. Where the network refuses the
+// connection (as here) both ranks fail at once naming the address; where it drops it, at the op's
+// timeout, saying the pair never connected and the dialer's last error.
+TEST(Rendezvous, AddressThatDoesNotReachTheRankFailsTheFirstOp) {
+  RunConfig cfg = failure_config("tcp", 3);
+  cfg.before_construct = [](int rank) {
+    if (rank == 0) ::setenv("SHOAL_HOST", "192.0.2.1", 1);  // TEST-NET-1: no host of ours
+  };
+  auto res = run_ranks_outcomes(2, cfg, [](Communicator& c) {
+    std::vector<float> x(16, 1.0f), y(16);
+    c.allreduce(x.data(), y.data(), 16, DType::f32, ReduceOp::sum)->wait();
+  });
+  for (const auto& o : res.ranks) {
+    EXPECT_FALSE(o.hung) << res.describe();
+    EXPECT_TRUE(o.error_kind == "Timeout" || o.error_kind == "PeerError") << res.describe();
+  }
+  const auto& dialer = res.ranks[1];
+  if (dialer.error_kind == "PeerError") {
+    EXPECT_NE(dialer.message.find("rank 0 refused a connection at 192.0.2.1:"), std::string::npos) << dialer.message;
+    EXPECT_NE(dialer.message.find("SHOAL_HOST"), std::string::npos) << dialer.message;
+  } else {
+    EXPECT_NE(dialer.message.find("not connected to rank 0 (0/2 connections, last error: "), std::string::npos)
+        << dialer.message;
+  }
+}
+
+// A peer that is there but has not yet come to its first op with this rank: the op times out
+// saying the pair never connected.
+TEST(Rendezvous, PeerLateForTheFirstOpTimesOutNamingTheConnection) {
+  RunConfig cfg = failure_config("tcp", 2);
+  auto res = run_ranks_outcomes(2, cfg, [](Communicator& c) {
+    if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(4));
+    std::vector<float> x(16, 1.0f), y(16);
+    c.allreduce(x.data(), y.data(), 16, DType::f32, ReduceOp::sum)->wait();
+  });
+  const auto& o = res.ranks[0];
+  EXPECT_EQ(o.error_kind, "Timeout") << res.describe();
+  EXPECT_NE(o.message.find("timed out waiting for rank(s) 1; not connected to rank 1 (0/2 connections)"),
+            std::string::npos)
+      << o.message;
+}
+
 // Containers on one host share its name and boot id but not /dev/shm (each has its own IPC and
 // mount namespaces): the probe finds no segment of a peer in another one, and the pair talks TCP.
 // Ranks 0 and 1 stay in the test's namespaces; ranks 2 and 3 each enter new ones with a /dev/shm of

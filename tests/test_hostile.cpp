@@ -3,7 +3,8 @@
 // while a process forked by the test hammers every listening port it can learn:
 //
 //  - each rank's TCP transport port (read from the store keys "shoal/shoal/0/tcp/<r>" where the
-//    ranks advertised them). The listener is closed once set-up is over, so every attempt must be
+//    ranks advertised them). A rank's listener closes once it is connected to every peer (an
+//    all-to-all before the hammer starts connects every pair), so every attempt must be
 //    refused (connect fails, or the connection is closed at once) — whatever it would have sent:
 //    nothing, a wrong secret, garbage, a truncated hello, a frame header with a huge length, and
 //    many connections at once;
@@ -202,7 +203,11 @@ void publish_targets(int n) {
 void rank_main(Communicator& c) {
   const int me = c.rank();
   if (me == 0) publish_targets(c.size());
-  c.barrier()->wait();  // every rank's set-up is over (its listener closed) before the hammer starts
+  {  // every pair connected, so every listener closed, before the barrier that starts the hammer
+    std::vector<int32_t> in(c.size(), 1), out(c.size());
+    c.alltoall(in.data(), out.data(), 1, DType::i32)->wait();
+  }
+  c.barrier()->wait();
   if (me == 0) {
     g_sh->rss_base_kb.store(rss_kb());
     g_sh->rss_peak_kb.store(rss_kb());

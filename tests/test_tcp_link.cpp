@@ -896,4 +896,139 @@ TEST_F(TcpLinkTest, CloseTellsThePeer) {
   EXPECT_NE(what.find("rank 0 closed the connection during barrier"), std::string::npos) << what;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Connections made when a pair first talks (tcp_listen + make_tcp_links, what a group uses).
+
+// TCP sockets this process holds (listening or connected).
+int count_sockets() {
+  int n = 0;
+  for (auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    struct stat st;
+    if (::stat(e.path().c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ++n;
+  }
+  return n;
+}
+
+// Listens, publishes "tcp/<rank>", reads every rank's address, and makes the lazy links.
+Net make_lazy_net(shoal::Store& store, int rank, int size, int streams) {
+  Net net;
+  net.epfd = ::epoll_create1(EPOLL_CLOEXEC);
+  shoal::TcpConfig cfg;
+  cfg.rank = rank;
+  cfg.size = size;
+  cfg.use_tcp.assign(size, true);
+  cfg.use_tcp[rank] = false;
+  cfg.streams = cfg.local_streams = streams;
+  cfg.secret = test_secret();
+  cfg.advertise_host = "127.0.0.1";
+  cfg.epoll_fd = net.epfd;
+  auto conn = shoal::tcp_listen(cfg);
+  store.set_string("tcp/" + std::to_string(rank), shoal::tcp_listen_address(*conn));
+  std::vector<std::string> addrs(size);
+  for (int j = 0; j < size; ++j) addrs[j] = store.get_string("tcp/" + std::to_string(j), 10s);
+  net.links = shoal::make_tcp_links(conn, addrs);
+  return net;
+}
+
+// Exchanges one message with each of `peers` and checks it.
+int exchange(Net& net, int rank, const std::vector<int>& peers, uint64_t sig) {
+  const size_t sz = 3000;
+  std::vector<std::vector<uint8_t>> sb, rb;
+  std::vector<Request> reqs;
+  reqs.reserve(2 * peers.size());
+  std::vector<Request*> ptrs;
+  for (int p : peers) {
+    sb.emplace_back(sz);
+    fill(sb.back(), rank, sig + p);
+    rb.emplace_back(sz, 0xEE);
+  }
+  for (size_t k = 0; k < peers.size(); ++k) {
+    reqs.push_back(make_req(Request::Dir::send, peers[k], sb[k].data(), sz, sig));
+    net.links[peers[k]]->post(&reqs.back());
+    ptrs.push_back(&reqs.back());
+    reqs.push_back(make_req(Request::Dir::recv, peers[k], rb[k].data(), sz, sig));
+    net.links[peers[k]]->post(&reqs.back());
+    ptrs.push_back(&reqs.back());
+  }
+  // Strict: every step of the connections (accept, connect, hello, acknowledgement) wakes epoll.
+  drive(net, ptrs, 10s, /*strict=*/true);
+  for (size_t k = 0; k < peers.size(); ++k) {
+    std::vector<uint8_t> want(sz);
+    fill(want, peers[k], sig + rank);
+    if (rb[k] != want) return 1;
+  }
+  return 0;
+}
+
+// Five ranks, two streams per pair: after set-up a rank holds only its listener; talking to its
+// ring neighbours connects those two pairs and no other; talking to everyone connects the rest
+// and closes the listener.
+TEST_F(TcpLinkTest, PairsConnectWhenTheyFirstTalk) {
+  constexpr int n = 5, streams = 2;
+  expect_all_ok(run_procs(dir_, n, [&](int rank) {
+    const int base = count_sockets();
+    TestDirStore store(dir_);
+    Net net = make_lazy_net(store, rank, n, streams);
+    if (count_sockets() - base != 1) return 10;  // the listener
+    if (exchange(net, rank, {(rank + 1) % n, (rank + n - 1) % n}, 7)) return 20;
+    const int ring = count_sockets() - base;
+    if (ring != 1 + 2 * (streams + 1)) {
+      std::fprintf(stderr, "rank %d: %d sockets after the ring exchange\n", rank, ring);
+      return 30;
+    }
+    // Nobody dials for the next exchange before every rank has counted.
+    store.set_string("counted/" + std::to_string(rank), "1");
+    for (int j = 0; j < n; ++j) store.get("counted/" + std::to_string(j), 10s);
+    std::vector<int> all;
+    for (int j = 0; j < n; ++j)
+      if (j != rank) all.push_back(j);
+    if (exchange(net, rank, all, 8)) return 40;
+    const int full = count_sockets() - base;
+    if (full != (n - 1) * (streams + 1)) {
+      std::fprintf(stderr, "rank %d: %d sockets after talking to everyone\n", rank, full);
+      return 50;
+    }
+    return 0;
+  }));
+}
+
+// A rank that leaves before its pair ever talked: the peer that would dial it is refused at once,
+// and the peer it would have dialed finds it gone at its next look (once a second), not at the
+// op's timeout.
+TEST_F(TcpLinkTest, APeerThatLeftBeforeTalkingIsAnErrorAtOnce) {
+  for (int leaver : {0, 1}) {
+    SCOPED_TRACE(leaver);
+    const std::string sub = dir_ + "/leaver" + std::to_string(leaver);
+    ASSERT_EQ(::mkdir(sub.c_str(), 0700), 0);
+    auto codes = run_procs(sub, 2, [&](int rank) {
+      TestDirStore store(sub);
+      Net net = make_lazy_net(store, rank, 2, 1);
+      if (rank == leaver) {
+        store.set_string("leaving", "1");
+        ::_exit(0);  // no close(): like a crash
+      }
+      store.get("leaving", 10s);
+      std::this_thread::sleep_for(100ms);  // its descriptors close as it exits
+      std::vector<uint8_t> buf(64);
+      Request r = make_req(Request::Dir::recv, leaver, buf.data(), buf.size(), 3, "allgather");
+      net.links[leaver]->post(&r);
+      const auto t0 = Clock::now();
+      std::string what;
+      try {
+        drive(net, {&r});
+      } catch (const shoal::PeerError& e) {
+        what = e.what();
+      }
+      const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+      std::fprintf(stderr, "after %.3f s: %s\n", took, what.c_str());
+      if (what.find("rank " + std::to_string(leaver) + " refused a connection at 127.0.0.1:") == std::string::npos ||
+          what.find("it has exited or left the group") == std::string::npos)
+        return 1;
+      if (took > (rank > leaver ? 0.5 : 2.5)) return 2;
+      return 0;
+    });
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(codes[i], 0) << slurp(sub + "/err." + std::to_string(i));
+  }
+}
+
 }  // namespace

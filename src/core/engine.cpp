@@ -336,6 +336,9 @@ void Engine::check_peers() {
 void Engine::fail_timeout(const std::vector<int>& waiting_for) {
   std::string msg = std::string(what_) + " on group '" + group + "' (rank " + std::to_string(rank) + " of " +
                     std::to_string(size) + ") timed out waiting for rank(s) " + rank_list(waiting_for);
+  for (int r : waiting_for)
+    if (r >= 0 && r < size && links_[r])
+      if (std::string why = links_[r]->stalled(); !why.empty()) msg += "; " + why;
   abort(msg);
   close_links();
   throw Timeout(msg);

@@ -239,15 +239,10 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
       setup_error = e.what();
     }
   }
-  if (!setup_error.empty() && opts.transport == TransportKind::tcp) {
-    // The higher ranks read it in place of this rank's address (the lower ones, which wait for
-    // its connections, time out naming it).
-    publish_tcp_setup_failure(store, rank, setup_error);
-    throw Error(setup_error);
-  }
 
   std::vector<bool> shm_pair(size, false);
   bool any_shm = false;  // some pair of ranks in the group uses shm (the same answer on every rank)
+  bool every_shm = false;  // every pair does (the same answer on every rank)
   if (opts.transport != TransportKind::tcp) {
     ShmSegment::remove_stale_segments();
     uint64_t nonce;
@@ -300,10 +295,13 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
     }
     auto reaches = all_gather(store, "reach", rank, size, reach, deadline);
     topo.single_copy = true;
+    every_shm = true;
     for (int a = 0; a < size; ++a)
       for (int b = 0; b < size; ++b)
         if (a != b) {
-          any_shm = any_shm || (reaches[a][b] != '0' && reaches[b][a] != '0');
+          const bool pair = reaches[a][b] != '0' && reaches[b][a] != '0';
+          any_shm = any_shm || pair;
+          every_shm = every_shm && pair;
           topo.single_copy = topo.single_copy && reaches[a][b] == '2';
         }
     for (int r = 0; r < size; ++r) {
@@ -327,11 +325,34 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   cfg.use_tcp.assign(size, false);
   for (int r = 0; r < size; ++r) cfg.use_tcp[r] = r != rank && !shm_pair[r];
   std::memcpy(cfg.secret.data(), secret, sizeof secret);
-  cfg.deadline = deadline;
   cfg.epoll_fd = engine.epoll_fd();
-  auto tcp = connect_tcp_links(store, cfg);
-  for (int r = 0; r < size; ++r)
-    if (cfg.use_tcp[r]) links[r] = std::move(tcp[r]);
+  // Whether some pair of the group talks TCP (the same answer on every rank): then every rank
+  // listens and the addresses go round in one gather, with a rank's set-up failure in place of
+  // its address (in a group without shared memory, the first place it can go); the connections
+  // are made when a pair first talks.
+  if (size > 1 && !every_shm) {
+    std::shared_ptr<TcpConnector> conn;
+    std::string mine;
+    if (setup_error.empty()) {
+      try {
+        conn = tcp_listen(cfg);
+        mine = tcp_listen_address(*conn);
+      } catch (const Error& e) {
+        setup_error = e.what();
+      }
+    }
+    if (!setup_error.empty()) mine = "!" + setup_error;
+    auto addresses = all_gather(store, "tcp", rank, size, mine, deadline);
+    for (int r = 0; r < size; ++r)
+      if (!addresses[r].empty() && addresses[r][0] == '!') {
+        hold_store_until_read(store, "tcp", rank, size, deadline);
+        if (r == rank) throw Error(setup_error);
+        throw Error("rank " + std::to_string(r) + " failed to set up: " + addresses[r].substr(1));
+      }
+    auto tcp = make_tcp_links(conn, addresses);
+    for (int r = 0; r < size; ++r)
+      if (cfg.use_tcp[r]) links[r] = std::move(tcp[r]);
+  }
 
   std::vector<ShmControl*> ctl(size, nullptr);
   for (int r = 0; r < size; ++r)

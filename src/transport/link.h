@@ -52,6 +52,9 @@ class Link {
   // With no receive posted: whether the header of the next message from the peer has arrived,
   // without consuming it (for receives from any source, which look before they post).
   virtual bool peek(FrameHeader* h) = 0;
+  // For a timeout's message: what this link still lacks before it can move anything ("" if
+  // nothing: then the peer is simply late).
+  virtual std::string stalled() const { return ""; }
 };
 
 }  // namespace shoal

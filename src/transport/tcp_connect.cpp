@@ -1,5 +1,5 @@
-// TCP transport set-up: listen, publish the address, connect every TCP pair and check each
-// connection's hello (connect_tcp_links, tcp_link.h). The links it returns are tcp_link.cpp's.
+// TCP transport set-up: listen, connect a pair when it first talks, check each connection's hello
+// (TcpConnector; tcp_link.h). The links over the connections are tcp_link.cpp's.
 #include "transport/tcp_link.h"
 #include "core/le32.h"
 
@@ -14,7 +14,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/log.h"
@@ -77,7 +80,7 @@ int listen_any() {
     a.sin6_family = AF_INET6;
     a.sin6_addr = in6addr_any;
     if (::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) == 0 &&
-        ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd, 128) == 0)
+        ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd, SOMAXCONN) == 0)
       return fd;
     close_fd(fd);
   }
@@ -87,7 +90,7 @@ int listen_any() {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 128) != 0) {
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, SOMAXCONN) != 0) {
     const int e = errno;
     close_fd(fd);
     throw Error("tcp set-up: bind/listen: " + errno_string(e));
@@ -103,11 +106,10 @@ int port_of(int fd) {
   return a.port();
 }
 
-// One outgoing connection (to a lower rank), driven by the set-up loop.
+// One outgoing connection (to a lower rank), or a liveness probe of a higher one (stream -1).
 struct Outgoing {
   int peer = 0;
   int stream = 0;
-  SockAddr addr;
   int fd = -1;
   enum class St { idle, connecting, hello, ack, done } st = St::idle;
   size_t sent = 0;
@@ -122,21 +124,6 @@ struct Incoming {
   Clock::time_point deadline;
   uint8_t buf[kHelloBytes];
   size_t got = 0;
-};
-
-// Owns every descriptor made during set-up until it is handed to a link.
-struct SetupFds {
-  int listener = -1;
-  std::vector<Outgoing> out;
-  std::vector<Incoming> pending;
-  std::vector<std::vector<int>> in;  // [peer][stream]
-  ~SetupFds() {
-    close_fd(listener);
-    for (auto& o : out) close_fd(o.fd);
-    for (auto& p : pending) close_fd(p.fd);
-    for (auto& v : in)
-      for (int& fd : v) close_fd(fd);
-  }
 };
 
 }  // namespace
@@ -178,279 +165,487 @@ int tcp_notsent_lowat(const TcpConfig& cfg, int peer) {
   return on_this_host(cfg, peer) ? cfg.local_notsent_lowat : cfg.notsent_lowat;
 }
 
-void publish_tcp_setup_failure(Store& store, int rank, const std::string& why) {
-  store.set_string(address_key(rank), "!" + why);
-}
-
-std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConfig& cfg) {
-  if (cfg.size < 1 || cfg.rank < 0 || cfg.rank >= cfg.size)
-    throw InvalidArgument(format("tcp set-up: rank %d out of range for size %d", cfg.rank, cfg.size));
-  if (cfg.streams < 1 || cfg.streams > 64 || cfg.local_streams < 1 || cfg.local_streams > 64)
-    throw InvalidArgument(
-        format("tcp set-up: streams must be in [1, 64], got %d (%d on this host)", cfg.streams, cfg.local_streams));
-  if (cfg.use_tcp.size() != static_cast<size_t>(cfg.size))
-    throw InvalidArgument(format("tcp set-up: use_tcp has %zu entries for a group of %d", cfg.use_tcp.size(),
-                                 cfg.size));
-  const int rank = cfg.rank;
-  auto tcp_peer = [&](int j) { return j != rank && cfg.use_tcp[j]; };
-  // Connections to peer j: its data streams, then the control connection (index streams).
-  auto nconns = [&](int j) { return tcp_streams(cfg, j) + 1; };
-
-  SetupFds fds;
-  fds.in.resize(cfg.size);
-  for (int j = 0; j < cfg.size; ++j) fds.in[j].assign(nconns(j), -1);
-
-  // Listen and publish.
-  fds.listener = listen_any();
-  std::string me = join_host_port(cfg.advertise_host.empty() ? "127.0.0.1" : cfg.advertise_host, port_of(fds.listener));
-  store.set_string(address_key(rank), me);
-  SHOAL_LOG(debug, "tcp: listening on %s", me.c_str());
-
-  // Addresses of the lower peers (each published before looking up anyone else's).
-  for (int j = 0; j < rank; ++j) {
-    if (!tcp_peer(j)) continue;
-    std::string addr;
-    try {
-      addr = store.get_string(address_key(j), remaining(cfg.deadline));
-    } catch (const Timeout&) {
-      throw Timeout(format("tcp set-up timed out: rank %d never published its address (tcp/%d)", j, j));
+// The connections of one rank's TCP links, made without blocking whenever a link asks (step).
+// The higher rank of a pair dials: `streams` data connections and a control connection, each
+// opening with a hello the lower rank checks and acknowledges. The lower rank accepts whatever
+// arrives, for any peer, whenever it steps. While it waits for a peer that has not dialed, it
+// probes that peer's listener once a second: a refused probe means the peer has left (exited,
+// aborted or destroyed its group), which would otherwise be seen only at the op's timeout. The
+// listener closes once every TCP peer is connected.
+class TcpConnector {
+ public:
+  explicit TcpConnector(const TcpConfig& cfg) : cfg_(cfg) {
+    const int n = cfg.size;
+    if (n < 1 || cfg.rank < 0 || cfg.rank >= n)
+      throw InvalidArgument(format("tcp set-up: rank %d out of range for size %d", cfg.rank, n));
+    if (cfg.streams < 1 || cfg.streams > 64 || cfg.local_streams < 1 || cfg.local_streams > 64)
+      throw InvalidArgument(
+          format("tcp set-up: streams must be in [1, 64], got %d (%d on this host)", cfg.streams, cfg.local_streams));
+    if (cfg.use_tcp.size() != static_cast<size_t>(n))
+      throw InvalidArgument(format("tcp set-up: use_tcp has %zu entries for a group of %d", cfg.use_tcp.size(), n));
+    addr_.resize(n);
+    state_.resize(n);
+    in_.resize(n);
+    for (int j = 0; j < n; ++j) {
+      in_[j].assign(tcp_peer(j) && j > cfg.rank ? nconns(j) : 0, -1);
+      if (tcp_peer(j)) ++unconnected_;
     }
+    listener_ = listen_any();
+    address_ = join_host_port(cfg.advertise_host.empty() ? "127.0.0.1" : cfg.advertise_host, port_of(listener_));
+    watch(listener_, EPOLLIN);
+  }
+  ~TcpConnector() { shutdown(); }
+  TcpConnector(const TcpConnector&) = delete;
+  TcpConnector& operator=(const TcpConnector&) = delete;
+
+  const TcpConfig& config() const { return cfg_; }
+  const std::string& address() const { return address_; }
+  bool tcp_peer(int j) const { return j != cfg_.rank && cfg_.use_tcp[j]; }
+  int nconns(int j) const { return tcp_streams(cfg_, j) + 1; }
+
+  // Rank j's published address: a lower peer's is dialed, a higher one's probed.
+  void set_address(int j, const std::string& addr) {
+    if (!tcp_peer(j)) return;
     if (!addr.empty() && addr[0] == '!') throw Error(format("tcp set-up: rank %d failed: %s", j, addr.c_str() + 1));
     SockAddr a;
     if (std::string why = resolve_host_port(addr, &a); !why.empty())
       throw Error(format("tcp set-up: cannot resolve rank %d's address '%s': %s", j, addr.c_str(), why.c_str()));
-    for (int s = 0; s < nconns(j); ++s) {
-      Outgoing o;
-      o.peer = j;
-      o.stream = s;
-      o.addr = a;
-      fds.out.push_back(o);
+    addr_[j] = a;
+    state_[j].has_addr = true;
+  }
+
+  // Asks for the pair with j: dials it if j is lower; if higher, probes it while it has not dialed.
+  void want(int j) {
+    Peer& p = state_[j];
+    if (p.wanted || !tcp_peer(j)) return;
+    p.wanted = true;
+    if (j < cfg_.rank) {
+      for (int s = 0; s < nconns(j); ++s) out_.push_back(Outgoing{j, s});
+    } else {
+      p.probe_at = Clock::now() + kProbeEvery;
     }
   }
-  int expect_in = 0;
-  for (int j = rank + 1; j < cfg.size; ++j)
-    if (tcp_peer(j)) expect_in += nconns(j);
-  int got_in = 0;
-  size_t out_done = 0;
 
-  auto reject = [&](Incoming& c, const char* why) {
-    SHOAL_LOG(warn, "tcp set-up: dropped connection from %s: %s", c.remote.c_str(), why);
-    close_fd(c.fd);
+  // Moves every connection in progress without blocking; true if anything moved.
+  bool step() {
+    if (listener_ < 0 && out_.empty()) return false;
+    bool moved = false;
+    auto now = Clock::now();
+    start_due(now);
+    pfds_.clear();
+    owner_.clear();
+    if (listener_ >= 0) {
+      pfds_.push_back({listener_, POLLIN, 0});
+      owner_.push_back(-1);
+    }
+    for (size_t k = 0; k < out_.size(); ++k) {
+      short ev = 0;
+      switch (out_[k].st) {
+        case Outgoing::St::connecting:
+        case Outgoing::St::hello: ev = POLLOUT; break;
+        case Outgoing::St::ack: ev = POLLIN; break;
+        default: break;
+      }
+      if (ev) {
+        pfds_.push_back({out_[k].fd, ev, 0});
+        owner_.push_back(static_cast<int>(2 * k));
+      }
+    }
+    for (size_t k = 0; k < pending_.size(); ++k) {
+      pfds_.push_back({pending_[k].fd, POLLIN, 0});
+      owner_.push_back(static_cast<int>(2 * k + 1));
+    }
+    int rc = pfds_.empty() ? 0 : ::poll(pfds_.data(), pfds_.size(), 0);
+    if (rc < 0 && errno != EINTR) throw Error("tcp set-up: poll: " + errno_string(errno));
+    for (size_t i = 0; rc > 0 && i < pfds_.size(); ++i) {
+      if (!pfds_[i].revents) continue;
+      moved = true;
+      const int who = owner_[i];
+      if (who == -1) accept_new(now);
+      else if (who % 2 == 1) read_hello(pending_[who / 2]);
+      else advance(out_[who / 2], now);
+    }
+    for (auto& c : pending_)
+      if (c.fd >= 0 && now >= c.deadline) reject(c, "no hello within 2 s");
+    std::erase_if(pending_, [](const Incoming& c) { return c.fd < 0; });
+    return moved;
+  }
+
+  bool ready(int j) const {
+    if (j < cfg_.rank) {
+      int done = 0;
+      for (auto& o : out_) done += o.peer == j && o.stream >= 0 && o.st == Outgoing::St::done;
+      return done == nconns(j);
+    }
+    return std::all_of(in_[j].begin(), in_[j].end(), [](int fd) { return fd >= 0; });
+  }
+
+  // Why the pair with j cannot be made ("" while it can).
+  const std::string& failure(int j) const { return state_[j].failure; }
+
+  // The link over the pair's connections, once ready(j).
+  std::unique_ptr<Link> take_link(int j) {
+    std::vector<int> v(nconns(j), -1);
+    if (j < cfg_.rank) {
+      for (auto& o : out_)
+        if (o.peer == j && o.stream >= 0) v[o.stream] = std::exchange(o.fd, -1);
+      std::erase_if(out_, [&](const Outgoing& o) { return o.peer == j && o.stream >= 0; });
+    } else {
+      for (int s = 0; s < nconns(j); ++s) v[s] = std::exchange(in_[j][s], -1);
+    }
+    const int control = v.back();
+    v.pop_back();
+    for (int fd : v) unwatch(fd);
+    unwatch(control);
+    std::unique_ptr<Link> link = make_tcp_link(j, v, control);  // owns the descriptors now
+    if (cfg_.epoll_fd >= 0) {
+      for (int fd : v)
+        if (!add_to_epoll(fd, EPOLLIN | EPOLLOUT | EPOLLET | EPOLLRDHUP)) throw_epoll();
+      // Only its reports wake a waiter (a sender held by the window); its writes never wait.
+      if (!add_to_epoll(control, EPOLLIN | EPOLLET | EPOLLRDHUP)) throw_epoll();
+    }
+    if (--unconnected_ == 0) {  // nobody left to dial this rank, or to dial
+      unwatch(listener_);
+      close_fd(listener_);
+      for (auto& c : pending_) close_fd(c.fd);
+      pending_.clear();
+      for (auto& o : out_) close_fd(o.fd);
+      out_.clear();
+    }
+    return link;
+  }
+
+  // "rank j (2/3 connections, last error: ...)", for a timeout.
+  std::string describe(int j) const {
+    int have = 0, last_err = 0;
+    if (j < cfg_.rank) {
+      for (auto& o : out_)
+        if (o.peer == j && o.stream >= 0) {
+          have += o.st == Outgoing::St::done;
+          if (o.last_err) last_err = o.last_err;
+        }
+    } else {
+      for (int fd : in_[j]) have += fd >= 0;
+    }
+    return format("rank %d (%d/%d connections%s%s)", j, have, nconns(j), last_err ? ", last error: " : "",
+                  last_err ? errno_string(last_err).c_str() : "");
+  }
+
+  // Stops accepting and dialing (this rank is leaving): peers that dial it are refused at once.
+  void shutdown() noexcept {
+    unwatch(listener_);
+    close_fd(listener_);
+    for (auto& o : out_) close_fd(o.fd);
+    out_.clear();
+    for (auto& c : pending_) close_fd(c.fd);
+    pending_.clear();
+    for (auto& v : in_)
+      for (int& fd : v) close_fd(fd);
+  }
+
+ private:
+  static constexpr auto kProbeEvery = std::chrono::seconds(1);
+
+  struct Peer {
+    bool has_addr = false;
+    bool wanted = false;
+    Clock::time_point probe_at{};  // a higher peer that has not dialed: when to look whether it is there
+    std::string failure;
   };
 
-  std::vector<pollfd> pfds;
-  std::vector<int> owner;  // per pollfd: -1 listener, 2k outgoing k, 2k+1 pending k
-  while (got_in < expect_in || out_done < fds.out.size()) {
-    auto now = Clock::now();
-    if (now >= cfg.deadline) {
-      std::string missing;
-      for (int j = 0; j < cfg.size; ++j) {
-        if (!tcp_peer(j)) continue;
-        int have = 0;
-        int last_err = 0;
-        if (j < rank) {
-          for (auto& o : fds.out)
-            if (o.peer == j) {
-              have += o.st == Outgoing::St::done;
-              if (o.last_err) last_err = o.last_err;
-            }
-        } else {
-          for (int fd : fds.in[j]) have += fd >= 0;
-        }
-        if (have == nconns(j)) continue;
-        if (!missing.empty()) missing += ", ";
-        missing += format("rank %d (%d/%d connections%s%s)", j, have, nconns(j), last_err ? ", last error: " : "",
-                          last_err ? errno_string(last_err).c_str() : "");
-      }
-      throw Timeout("tcp set-up timed out waiting for " + missing);
-    }
+  bool add_to_epoll(int fd, uint32_t events) {
+    epoll_event ev{};
+    ev.events = events;
+    return ::epoll_ctl(cfg_.epoll_fd, EPOLL_CTL_ADD, fd, &ev) == 0;
+  }
+  [[noreturn]] static void throw_epoll() { throw Error("tcp set-up: epoll_ctl: " + errno_string(errno)); }
+  // Set-up sockets wake the engine's sleep too (edge-triggered: step() reads each until it would block).
+  void watch(int fd, uint32_t events) {
+    if (cfg_.epoll_fd >= 0 && fd >= 0 && !add_to_epoll(fd, events | EPOLLET)) throw_epoll();
+  }
+  void unwatch(int fd) noexcept {
+    if (cfg_.epoll_fd >= 0 && fd >= 0) (void)::epoll_ctl(cfg_.epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+  }
 
-    // Start (or restart) connections that are due.
-    for (auto& o : fds.out) {
+  void fail(int j, std::string why) {
+    if (state_[j].failure.empty()) state_[j].failure = std::move(why);
+  }
+
+  // Starts (or restarts) the connections that are due, and the probes of higher peers.
+  void start_due(Clock::time_point now) {
+    for (int j = cfg_.rank + 1; j < cfg_.size; ++j) {
+      Peer& p = state_[j];
+      if (!p.wanted || !p.has_addr || p.probe_at > now || ready(j) || !p.failure.empty()) continue;
+      if (std::any_of(out_.begin(), out_.end(), [&](const Outgoing& o) { return o.peer == j; })) continue;
+      out_.push_back(Outgoing{j, -1});
+      p.probe_at = now + kProbeEvery;
+    }
+    for (auto& o : out_) {
       if (o.st != Outgoing::St::idle || o.retry_at > now) continue;
-      o.fd = ::socket(o.addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      if (o.fd < 0) throw Error("tcp set-up: socket: " + errno_string(errno));
-      set_buffers(o.fd, tcp_notsent_lowat(cfg, o.peer));
+      if (!state_[o.peer].has_addr) {
+        fail(o.peer, format("tcp set-up: no address of rank %d", o.peer));
+        continue;
+      }
+      const SockAddr& a = addr_[o.peer];
+      o.fd = ::socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (o.fd < 0) {
+        fail(o.peer, "tcp set-up: socket: " + errno_string(errno) + fd_hint(errno));
+        continue;
+      }
+      set_buffers(o.fd, tcp_notsent_lowat(cfg_, o.peer));
       set_nodelay(o.fd);
-      if (::connect(o.fd, o.addr.get(), o.addr.len) == 0) {
+      watch(o.fd, EPOLLIN | EPOLLOUT);
+      if (::connect(o.fd, a.get(), a.len) == 0) {
         o.st = Outgoing::St::hello;
       } else if (errno == EINPROGRESS || errno == EINTR) {
         o.st = Outgoing::St::connecting;
       } else {
-        o.last_err = errno;
-        close_fd(o.fd);
-        o.retry_at = now + kConnectRetry;
+        connect_failed(o, errno, now);
       }
     }
-
-    // Wait for something to happen.
-    pfds.clear();
-    owner.clear();
-    pfds.push_back({fds.listener, POLLIN, 0});
-    owner.push_back(-1);
-    auto wake = cfg.deadline;
-    for (size_t k = 0; k < fds.out.size(); ++k) {
-      auto& o = fds.out[k];
-      short ev = 0;
-      switch (o.st) {
-        case Outgoing::St::idle: wake = std::min(wake, o.retry_at); break;
-        case Outgoing::St::connecting:
-        case Outgoing::St::hello: ev = POLLOUT; break;
-        case Outgoing::St::ack: ev = POLLIN; break;
-        case Outgoing::St::done: break;
-      }
-      if (ev) {
-        pfds.push_back({o.fd, ev, 0});
-        owner.push_back(static_cast<int>(2 * k));
-      }
-    }
-    for (size_t k = 0; k < fds.pending.size(); ++k) {
-      pfds.push_back({fds.pending[k].fd, POLLIN, 0});
-      owner.push_back(static_cast<int>(2 * k + 1));
-      wake = std::min(wake, fds.pending[k].deadline);
-    }
-    int timeout_ms = static_cast<int>(std::min<int64_t>(remaining(wake).count(), 1000));
-    int rc = ::poll(pfds.data(), pfds.size(), timeout_ms);
-    if (rc < 0 && errno != EINTR) throw Error("tcp set-up: poll: " + errno_string(errno));
-    now = Clock::now();
-
-    for (size_t i = 0; rc > 0 && i < pfds.size(); ++i) {
-      short re = pfds[i].revents;
-      if (!re) continue;
-      int who = owner[i];
-      if (who == -1) {
-        // New connections: read their hellos without blocking, alongside everything else.
-        for (;;) {
-          SockAddr ra;
-          ra.len = sizeof ra.ss;
-          int fd = ::accept4(fds.listener, reinterpret_cast<sockaddr*>(&ra.ss), &ra.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-          if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED) continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-              SHOAL_LOG(warn, "tcp set-up: accept: %s", errno_string(errno).c_str());
-            break;
-          }
-          Incoming c;
-          c.fd = fd;
-          c.remote = ra.str();
-          c.deadline = now + kHelloTimeout;
-          fds.pending.push_back(c);
-        }
-      } else if (who % 2 == 1) {
-        Incoming& c = fds.pending[who / 2];
-        ssize_t n = ::recv(c.fd, c.buf + c.got, kHelloBytes - c.got, MSG_DONTWAIT);
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-        if (n <= 0) {
-          reject(c, "closed before completing its hello");
-          continue;
-        }
-        c.got += static_cast<size_t>(n);
-        if (c.got < kHelloBytes) continue;
-        int r = -1, s = -1;
-        std::string bad = check_tcp_hello(c.buf, cfg, &r, &s);
-        if (!bad.empty()) {
-          reject(c, bad.c_str());
-        } else if (fds.in[r][s] >= 0) {
-          std::string why = format("duplicate connection for rank %d stream %d", r, s);
-          reject(c, why.c_str());
-        } else {
-          uint8_t ack = kHelloAck;
-          if (::send(c.fd, &ack, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
-            reject(c, "could not acknowledge its hello");
-          } else {
-            set_nodelay(c.fd);
-            set_buffers(c.fd, tcp_notsent_lowat(cfg, r));  // now that the peer is known
-            fds.in[r][s] = c.fd;
-            c.fd = -1;
-            ++got_in;
-          }
-        }
-      } else {
-        Outgoing& o = fds.out[who / 2];
-        if (o.st == Outgoing::St::connecting) {
-          int err = 0;
-          socklen_t len = sizeof err;
-          ::getsockopt(o.fd, SOL_SOCKET, SO_ERROR, &err, &len);
-          if (err != 0) {
-            o.last_err = err;
-            close_fd(o.fd);
-            o.st = Outgoing::St::idle;
-            o.retry_at = now + kConnectRetry;
-            continue;
-          }
-          o.st = Outgoing::St::hello;
-        }
-        if (o.st == Outgoing::St::hello) {
-          uint8_t hello[kHelloBytes];
-          encode_tcp_hello(hello, cfg.secret, rank, o.stream);
-          ssize_t n = ::send(o.fd, hello + o.sent, kHelloBytes - o.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-          if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-          if (n < 0) {
-            o.last_err = errno;
-            close_fd(o.fd);
-            o.st = Outgoing::St::idle;
-            o.sent = 0;
-            o.retry_at = now + kConnectRetry;
-            continue;
-          }
-          o.sent += static_cast<size_t>(n);
-          if (o.sent == kHelloBytes) o.st = Outgoing::St::ack;
-        } else if (o.st == Outgoing::St::ack) {
-          uint8_t ack = 0;
-          ssize_t n = ::recv(o.fd, &ack, 1, MSG_DONTWAIT);
-          if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-          if (n != 1 || ack != kHelloAck)
-            throw PeerError(format("tcp set-up: rank %d (%s) refused our connection (stream %d): different group "
-                                   "secret, or a stale address in the store",
-                                   o.peer, o.addr.str().c_str(), o.stream));
-          o.st = Outgoing::St::done;
-          ++out_done;
-        }
-      }
-    }
-
-    // Drop hellos that never came, and forget closed pending slots.
-    for (auto& c : fds.pending)
-      if (c.fd >= 0 && now >= c.deadline) reject(c, "no hello within 2 s");
-    std::erase_if(fds.pending, [](const Incoming& c) { return c.fd < 0; });
+    std::erase_if(out_, [](const Outgoing& o) { return o.stream < 0 && o.st == Outgoing::St::done; });
   }
-  close_fd(fds.listener);
-  for (auto& c : fds.pending) close_fd(c.fd);  // late intruders: set-up is over
 
+  static std::string fd_hint(int err) {
+    return err == EMFILE || err == ENFILE ? " (the limit on open files, RLIMIT_NOFILE: raise `ulimit -n`)" : "";
+  }
+
+  // A refused connection: nothing listens at the address the peer published, so it has left.
+  // Anything else may pass (a route coming up, a full backlog): try again shortly.
+  void connect_failed(Outgoing& o, int err, Clock::time_point now) {
+    o.last_err = err;
+    unwatch(o.fd);
+    close_fd(o.fd);
+    o.sent = 0;
+    if (err == ECONNREFUSED)
+      fail(o.peer, format("rank %d refused a connection at %s: it has exited or left the group, or that address "
+                          "does not reach it (a firewall; SHOAL_HOST, SHOAL_SOCKET_IFNAME)",
+                          o.peer, addr_[o.peer].str().c_str()));
+    if (o.stream < 0) {
+      o.st = Outgoing::St::done;  // a probe: the next one is due at probe_at
+      return;
+    }
+    o.st = Outgoing::St::idle;
+    o.retry_at = now + kConnectRetry;
+  }
+
+  void advance(Outgoing& o, Clock::time_point now) {
+    if (o.st == Outgoing::St::connecting) {
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(o.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) return connect_failed(o, err, now);
+      if (o.stream < 0) {  // the peer is there: that was all a probe asks
+        unwatch(o.fd);
+        close_fd(o.fd);
+        o.st = Outgoing::St::done;
+        return;
+      }
+      o.st = Outgoing::St::hello;
+    }
+    if (o.st == Outgoing::St::hello) {
+      uint8_t hello[kHelloBytes];
+      encode_tcp_hello(hello, cfg_.secret, cfg_.rank, o.stream);
+      ssize_t n = ::send(o.fd, hello + o.sent, kHelloBytes - o.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+      if (n < 0) return connect_failed(o, errno, now);
+      o.sent += static_cast<size_t>(n);
+      if (o.sent == kHelloBytes) o.st = Outgoing::St::ack;
+    } else if (o.st == Outgoing::St::ack) {
+      uint8_t ack = 0;
+      ssize_t n = ::recv(o.fd, &ack, 1, MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+      if (n != 1 || ack != kHelloAck) {
+        unwatch(o.fd);
+        close_fd(o.fd);
+        o.st = Outgoing::St::idle;
+        o.retry_at = Clock::time_point::max();
+        fail(o.peer, format("tcp set-up: rank %d (%s) refused our connection (stream %d): different group "
+                            "secret, a stale address in the store, or it has left the group",
+                            o.peer, addr_[o.peer].str().c_str(), o.stream));
+        return;
+      }
+      o.st = Outgoing::St::done;
+    }
+  }
+
+  void accept_new(Clock::time_point now) {
+    for (;;) {
+      SockAddr ra;
+      ra.len = sizeof ra.ss;
+      int fd = ::accept4(listener_, reinterpret_cast<sockaddr*>(&ra.ss), &ra.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+          SHOAL_LOG(warn, "tcp set-up: accept: %s%s", errno_string(errno).c_str(), fd_hint(errno).c_str());
+        return;
+      }
+      Incoming c;
+      c.fd = fd;
+      c.remote = ra.str();
+      c.deadline = now + kHelloTimeout;
+      watch(fd, EPOLLIN);
+      // Read at once: the hello has usually arrived with the connection.
+      pending_.push_back(c);
+      read_hello(pending_.back());
+    }
+  }
+
+  void reject(Incoming& c, const char* why) {
+    SHOAL_LOG(warn, "tcp set-up: dropped connection from %s: %s", c.remote.c_str(), why);
+    unwatch(c.fd);
+    close_fd(c.fd);
+  }
+
+  void read_hello(Incoming& c) {
+    if (c.fd < 0) return;
+    ssize_t n = ::recv(c.fd, c.buf + c.got, kHelloBytes - c.got, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (n <= 0) {
+      if (c.got == 0 && n == 0) {  // a peer's probe (or anyone's) that only looked whether we listen
+        unwatch(c.fd);
+        close_fd(c.fd);
+        return;
+      }
+      return reject(c, "closed before completing its hello");
+    }
+    c.got += static_cast<size_t>(n);
+    if (c.got < kHelloBytes) return;
+    int r = -1, s = -1;
+    std::string bad = check_tcp_hello(c.buf, cfg_, &r, &s);
+    if (!bad.empty()) return reject(c, bad.c_str());
+    if (in_[r][s] >= 0) return reject(c, format("duplicate connection for rank %d stream %d", r, s).c_str());
+    uint8_t ack = kHelloAck;
+    if (::send(c.fd, &ack, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) return reject(c, "could not acknowledge its hello");
+    set_nodelay(c.fd);
+    set_buffers(c.fd, tcp_notsent_lowat(cfg_, r));  // now that the peer is known
+    in_[r][s] = std::exchange(c.fd, -1);
+  }
+
+  TcpConfig cfg_;
+  int listener_ = -1;
+  std::string address_;
+  std::vector<SockAddr> addr_;       // by rank
+  std::vector<Peer> state_;          // by rank
+  std::vector<Outgoing> out_;        // connections to lower peers, probes of higher ones
+  std::vector<Incoming> pending_;    // accepted, hello incomplete
+  std::vector<std::vector<int>> in_; // [higher peer][stream]: accepted and acknowledged
+  int unconnected_ = 0;              // TCP peers without a link yet
+  std::vector<pollfd> pfds_;         // scratch for step()
+  std::vector<int> owner_;           // per pollfd: -1 listener, 2k outgoing k, 2k+1 pending k
+};
+
+namespace {
+
+// A TCP link that connects when its pair first talks: posts wait in order until the connections
+// are made, then go to the TcpLink over them.
+class LazyTcpLink final : public Link {
+ public:
+  LazyTcpLink(std::shared_ptr<TcpConnector> conn, int peer) : conn_(std::move(conn)), peer_(peer) {}
+
+  void post(Request* r) override {
+    if (link_) return link_->post(r);
+    queued_.push_back(r);
+    conn_->want(peer_);
+  }
+  bool progress() override {
+    bool moved = false;
+    if (!link_) {
+      moved = connect();
+      if (!link_) return moved;
+    }
+    return link_->progress() || moved;
+  }
+  bool busy() const override { return link_ ? link_->busy() : !queued_.empty(); }
+  void close() noexcept override {
+    if (link_) link_->close();
+    conn_->shutdown();
+  }
+  const char* kind() const override { return "tcp"; }
+  std::string stalled() const override { return link_ ? "" : "not connected to " + conn_->describe(peer_); }
+  bool peek(FrameHeader* h) override {
+    if (!link_) {
+      conn_->want(peer_);  // a receive from any source may be waiting for this peer
+      connect();
+      if (!link_) return false;
+    }
+    return link_->peek(h);
+  }
+
+ private:
+  // Steps the connector; makes the link once this pair's connections are there. True if anything moved.
+  bool connect() {
+    const bool moved = conn_->step();
+    if (!conn_->failure(peer_).empty()) throw PeerError(conn_->failure(peer_));
+    if (!conn_->ready(peer_)) return moved;
+    link_ = conn_->take_link(peer_);
+    for (Request* r : queued_) link_->post(r);
+    queued_.clear();
+    return true;
+  }
+
+  std::shared_ptr<TcpConnector> conn_;
+  const int peer_;
+  std::unique_ptr<Link> link_;
+  std::vector<Request*> queued_;
+};
+
+}  // namespace
+
+std::shared_ptr<TcpConnector> tcp_listen(const TcpConfig& cfg) { return std::make_shared<TcpConnector>(cfg); }
+
+const std::string& tcp_listen_address(const TcpConnector& c) { return c.address(); }
+
+std::vector<std::unique_ptr<Link>> make_tcp_links(const std::shared_ptr<TcpConnector>& conn,
+                                                  const std::vector<std::string>& addresses) {
+  const TcpConfig& cfg = conn->config();
   std::vector<std::unique_ptr<Link>> links(cfg.size);
   for (int j = 0; j < cfg.size; ++j) {
-    if (!tcp_peer(j)) continue;
-    std::vector<int> v(nconns(j));
-    if (j < rank) {
-      for (auto& o : fds.out)
-        if (o.peer == j) v[o.stream] = o.fd;
-    } else {
-      v = fds.in[j];
-    }
-    const int control = v.back();
-    v.pop_back();
-    if (cfg.epoll_fd >= 0) {
-      for (int fd : v) {
-        epoll_event ev{};
-        ev.events = EPOLLIN | EPOLLOUT | EPOLLET | EPOLLRDHUP;
-        if (::epoll_ctl(cfg.epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0)
-          throw Error("tcp set-up: epoll_ctl: " + errno_string(errno));
-      }
-      // Only its reports wake a waiter (a sender held by the window); its writes never wait.
-      epoll_event ev{};
-      ev.events = EPOLLIN | EPOLLET | EPOLLRDHUP;
-      if (::epoll_ctl(cfg.epoll_fd, EPOLL_CTL_ADD, control, &ev) != 0)
-        throw Error("tcp set-up: epoll_ctl: " + errno_string(errno));
-    }
-    links[j] = make_tcp_link(j, v, control);
-    // The link owns the descriptors now.
-    if (j < rank) {
-      for (auto& o : fds.out)
-        if (o.peer == j) o.fd = -1;
-    } else {
-      for (int& fd : fds.in[j]) fd = -1;
-    }
+    if (!conn->tcp_peer(j)) continue;
+    conn->set_address(j, addresses.at(j));
+    links[j] = std::make_unique<LazyTcpLink>(conn, j);
   }
+  return links;
+}
+
+std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConfig& cfg) {
+  auto conn = tcp_listen(cfg);
+  const int rank = cfg.rank;
+  store.set_string(address_key(rank), conn->address());
+  SHOAL_LOG(debug, "tcp: listening on %s", conn->address().c_str());
+  // Only the lower peers' addresses are needed: nobody waits here for a higher peer to be there.
+  std::vector<std::string> addresses(cfg.size);
+  for (int j = 0; j < rank; ++j) {
+    if (!conn->tcp_peer(j)) continue;
+    try {
+      addresses[j] = store.get_string(address_key(j), remaining(cfg.deadline));
+    } catch (const Timeout&) {
+      throw Timeout(format("tcp set-up timed out: rank %d never published its address (tcp/%d)", j, j));
+    }
+    conn->set_address(j, addresses[j]);
+  }
+  for (int j = 0; j < rank; ++j) conn->want(j);
+  // Every pair now, not when it first talks.
+  for (;;) {
+    conn->step();
+    bool all = true;
+    for (int j = 0; j < cfg.size; ++j) {
+      if (!conn->tcp_peer(j)) continue;
+      if (!conn->failure(j).empty()) throw PeerError(conn->failure(j));
+      all = all && conn->ready(j);
+    }
+    if (all) break;
+    if (Clock::now() >= cfg.deadline) {
+      std::string missing;
+      for (int j = 0; j < cfg.size; ++j)
+        if (conn->tcp_peer(j) && !conn->ready(j)) missing += (missing.empty() ? "" : ", ") + conn->describe(j);
+      throw Timeout("tcp set-up timed out waiting for " + missing);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  std::vector<std::unique_ptr<Link>> links(cfg.size);
+  for (int j = 0; j < cfg.size; ++j)
+    if (conn->tcp_peer(j)) links[j] = conn->take_link(j);
   SHOAL_LOG(debug, "tcp: set-up done (%d streams and a control connection per peer on another host, %d on this one)",
             cfg.streams, cfg.local_streams);
   return links;

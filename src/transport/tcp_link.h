@@ -1,11 +1,14 @@
 // TCP links to peers on other hosts (or to every peer with SHOAL_TRANSPORT=tcp). The set-up is in
 // tcp_connect.cpp, the link (framing, striping, flow control) in tcp_link.cpp.
 //
-// Set-up (collective: every rank calls connect_tcp_links, even one with no TCP peer): each rank
-// listens, publishes "tcp/<rank>" = advertise_host:port in the store, connects `streams` sockets
-// to each lower TCP peer and accepts as many from each higher one. Every connection opens with a
-// hello {magic, group secret (32 random bytes made at rendezvous and shared through the store),
-// rank, stream index}; a connection that presents anything else is dropped and logged.
+// Set-up: each rank listens (tcp_listen) and publishes its address; a group gathers them at
+// rendezvous. The connections of a pair are made when the pair first talks (a post, or a receive
+// from any source looking at the peer): the higher rank dials `streams` sockets and a control
+// connection, the lower accepts them while any of its TCP links progresses. So a rank holds
+// sockets only for the peers its ops reach (a ring's neighbours, a tree's parent and children).
+// Every connection opens with a hello {magic, group secret (32 random bytes made at rendezvous and
+// shared through the store), rank, stream index}; a connection that presents anything else is
+// dropped and logged. The listener closes once every TCP peer is connected.
 //
 // Messages: below a split threshold a message travels on stream 0; above it, it is cut into one
 // part per stream (the same deterministic cut on both sides), each part framed by its own
@@ -65,17 +68,24 @@ struct TcpConfig {
   int local_notsent_lowat = 0;
   std::array<uint8_t, 32> secret{};      // the group's secret
   std::string advertise_host;            // the address peers dial (e.g. TcpStore::local_address())
-  std::chrono::steady_clock::time_point deadline;  // for the whole set-up
+  std::chrono::steady_clock::time_point deadline;  // connect_tcp_links: for the whole set-up
   int epoll_fd = -1;                     // links add their sockets here
 };
 
-// Returns one Link per peer, null where use_tcp is false (and for this rank).
-std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConfig& cfg);
+class TcpConnector;
+// Listens (every address, any port) for the links of cfg.rank; throws Error if it cannot.
+std::shared_ptr<TcpConnector> tcp_listen(const TcpConfig& cfg);
+// What peers dial: cfg.advertise_host (127.0.0.1 if empty) and the listener's port.
+const std::string& tcp_listen_address(const TcpConnector& c);
+// One Link per peer, null where use_tcp is false (and for this rank); each connects when it is
+// first used. addresses[j] is rank j's tcp_listen_address; one that starts with '!' is that rank's
+// failure to set up, raised here as an Error naming it.
+std::vector<std::unique_ptr<Link>> make_tcp_links(const std::shared_ptr<TcpConnector>& conn,
+                                                  const std::vector<std::string>& addresses);
 
-// Instead of connect_tcp_links, for a rank that cannot take part: publishes `why` where its address
-// would be, so that the higher ranks' set-up fails at once naming it (the lower ones, which wait
-// for its connections, time out).
-void publish_tcp_setup_failure(Store& store, int rank, const std::string& why);
+// The same, with the addresses exchanged through `store` ("tcp/<rank>") and every pair connected
+// before it returns (tests): throws Timeout at cfg.deadline naming the peers still missing.
+std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConfig& cfg);
 
 // The data streams, and the TCP_NOTSENT_LOWAT, of the pair with `peer` (the same on both sides).
 int tcp_streams(const TcpConfig& cfg, int peer);
