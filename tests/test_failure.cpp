@@ -689,6 +689,17 @@ TEST(Containers, RanksInOtherIpcAndMountNamespacesUseTcp) {
     }
   });
   for (const auto& o : res.ranks) EXPECT_TRUE(o.ok()) << res.describe();
+
+  // SHOAL_TRANSPORT=shm there: every rank fails at creation naming a pair, at once (ranks 0 and 1,
+  // which could talk shm to each other, do not wait for the others' TCP addresses).
+  cfg.env.push_back({"SHOAL_TRANSPORT", "shm"});
+  const double t0 = now_seconds();
+  res = run_ranks_outcomes(4, cfg, [](Communicator&) { SH_CHECK(false) << "construction succeeded"; });
+  EXPECT_LT(now_seconds() - t0, 20.0) << res.describe();
+  for (const auto& o : res.ranks) {
+    EXPECT_EQ(o.error_kind, "setup") << res.describe();
+    EXPECT_NE(o.message.find("SHOAL_TRANSPORT=shm but rank"), std::string::npos) << res.describe();
+  }
 }
 
 // A rank makes room for the descriptors its links may take (2 per TCP peer on its host, 1 pidfd per

@@ -163,4 +163,44 @@ TEST(ManyRanks, TcpConnectsOnlyThePairsThatTalk) {
   });
 }
 
+// A rank's first send to a lower rank waits for that rank to accept the connection, which it
+// does whatever it is waiting on: here rank 0 waits on rank 1 (already connected) while rank 2's
+// first send to it waits, and rank 1 waits on rank 2.
+TEST(ManyRanks, TcpAcceptsWhileWaitingOnAnotherPeer) {
+  RunConfig cfg = transport_config("tcp");
+  cfg.options.timeout = std::chrono::seconds(20);
+  cfg.env.push_back({"SHOAL_TIMEOUT", ""});
+  cfg.limit = std::chrono::seconds(60);
+  run_ranks(3, cfg, [](Communicator& c) {
+    int32_t a = 10 + c.rank(), b = -1, d = -1;
+    if (c.rank() < 2) {  // connect 0 and 1 first
+      auto r = c.recv(&b, 1, DType::i32, 1 - c.rank());
+      c.send(&a, 1, DType::i32, 1 - c.rank())->wait();
+      r->wait();
+      SH_CHECK_EQ(b, 10 + (1 - c.rank()));
+    }
+    // Rank 2 dials rank 0 only once rank 0 waits on rank 1 (a rank accepts while a link of its
+    // waits on a connection anyway).
+    auto* connected = static_cast<std::atomic<int>*>(shared_area());
+    if (c.rank() < 2) connected->fetch_add(1);
+    const double t0 = now_seconds();
+    if (c.rank() == 2) {
+      while (connected->load() < 2) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      c.send(&a, 1, DType::i32, 0)->wait();
+      c.send(&a, 1, DType::i32, 1)->wait();
+    } else if (c.rank() == 1) {
+      c.recv(&d, 1, DType::i32, 2)->wait();
+      SH_CHECK_EQ(d, 12);
+      c.send(&a, 1, DType::i32, 0)->wait();
+    } else {
+      c.recv(&b, 1, DType::i32, 1)->wait();
+      SH_CHECK_EQ(b, 11);
+      c.recv(&d, 1, DType::i32, 2)->wait();
+      SH_CHECK_EQ(d, 12);
+    }
+    SH_CHECK(now_seconds() - t0 < 5.2) << "a first send waited for its receiver to look";
+  });
+}
+
 }  // namespace

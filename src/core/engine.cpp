@@ -113,7 +113,7 @@ void Engine::post(Request* r) {
 }
 
 bool Engine::poll() {
-  bool moved = false;
+  bool moved = background && background();
   for (int r = 0; r < size; ++r) {
     Link* l = links_[r].get();
     if (!l || !l->busy()) continue;

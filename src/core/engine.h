@@ -75,6 +75,9 @@ class Engine {
   // the reason a peer published (empty if none), so errors name the rank that failed first.
   std::function<void(const std::string&)> publish_abort;
   std::function<std::string(int)> peer_abort_reason;
+  // Transport work that no posted request drives (accepting the TCP connections peers dial),
+  // called on every progress pass; returns true if anything moved. Set at set-up.
+  std::function<bool()> background;
 
  private:
   // `waiting_for` names the peers whose death or abort fails the wait (and the timeout's

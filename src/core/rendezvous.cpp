@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 #include <charconv>
 #include <cstddef>
 #include <cstdio>
@@ -243,6 +244,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   std::vector<bool> shm_pair(size, false);
   bool any_shm = false;  // some pair of ranks in the group uses shm (the same answer on every rank)
   bool every_shm = false;  // every pair does (the same answer on every rank)
+  std::pair<int, int> no_shm{-1, -1};  // the first pair that does not
   if (opts.transport != TransportKind::tcp) {
     ShmSegment::remove_stale_segments();
     uint64_t nonce;
@@ -302,6 +304,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
           const bool pair = reaches[a][b] != '0' && reaches[b][a] != '0';
           any_shm = any_shm || pair;
           every_shm = every_shm && pair;
+          if (!pair && no_shm.first < 0) no_shm = {a, b};
           topo.single_copy = topo.single_copy && reaches[a][b] == '2';
         }
     for (int r = 0; r < size; ++r) {
@@ -313,10 +316,15 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
     all_gather(store, "mapped", rank, size, "1", deadline);
     topo.segs[rank].unlink();
   }
-  if (opts.transport == TransportKind::shm)
+  if (opts.transport == TransportKind::shm && !every_shm) {
+    // On every rank alike (every rank knows every pair), before anyone waits for TCP addresses.
+    hold_store_until_read(store, "mapped", rank, size, deadline);
     for (int r = 0; r < size; ++r)
       if (r != rank && !shm_pair[r])
         throw Error("SHOAL_TRANSPORT=shm but rank " + std::to_string(r) + " cannot be reached through shared memory");
+    throw Error("SHOAL_TRANSPORT=shm but ranks " + std::to_string(no_shm.first) + " and " +
+                std::to_string(no_shm.second) + " cannot reach each other through shared memory");
+  }
 
   std::vector<std::unique_ptr<Link>> links(size);
   for (int r = 0; r < size; ++r)
@@ -349,6 +357,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
         if (r == rank) throw Error(setup_error);
         throw Error("rank " + std::to_string(r) + " failed to set up: " + addresses[r].substr(1));
       }
+    engine.background = [conn] { return tcp_accept_step(*conn); };
     auto tcp = make_tcp_links(conn, addresses);
     for (int r = 0; r < size; ++r)
       if (cfg.use_tcp[r]) links[r] = std::move(tcp[r]);

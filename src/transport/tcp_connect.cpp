@@ -192,6 +192,7 @@ class TcpConnector {
     }
     listener_ = listen_any();
     address_ = join_host_port(cfg.advertise_host.empty() ? "127.0.0.1" : cfg.advertise_host, port_of(listener_));
+    SHOAL_LOG(debug, "tcp: listening on %s", address_.c_str());
     watch(listener_, EPOLLIN);
   }
   ~TcpConnector() { shutdown(); }
@@ -224,6 +225,20 @@ class TcpConnector {
     } else {
       p.probe_at = Clock::now() + kProbeEvery;
     }
+  }
+
+  // step() for a rank that waits on something else: at once while connections are in progress,
+  // else once a millisecond while the listener is open (a peer may have dialed: its first send
+  // waits for this rank's acknowledgement), so that a rank's waits do not each pay a poll().
+  bool step_if_due() {
+    if (listener_ < 0 && out_.empty()) return false;
+    const auto now = Clock::now();
+    const bool in_flight = !pending_.empty() || std::any_of(out_.begin(), out_.end(), [](const Outgoing& o) {
+      return o.st != Outgoing::St::done && o.st != Outgoing::St::idle;
+    });
+    if (!in_flight && now < next_idle_step_) return false;
+    next_idle_step_ = now + std::chrono::milliseconds(1);
+    return step();
   }
 
   // Moves every connection in progress without blocking; true if anything moved.
@@ -293,6 +308,7 @@ class TcpConnector {
     } else {
       for (int s = 0; s < nconns(j); ++s) v[s] = std::exchange(in_[j][s], -1);
     }
+    state_[j].connected = true;
     const int control = v.back();
     v.pop_back();
     for (int fd : v) unwatch(fd);
@@ -349,6 +365,7 @@ class TcpConnector {
   struct Peer {
     bool has_addr = false;
     bool wanted = false;
+    bool connected = false;  // its link is made
     Clock::time_point probe_at{};  // a higher peer that has not dialed: when to look whether it is there
     std::string failure;
   };
@@ -375,7 +392,7 @@ class TcpConnector {
   void start_due(Clock::time_point now) {
     for (int j = cfg_.rank + 1; j < cfg_.size; ++j) {
       Peer& p = state_[j];
-      if (!p.wanted || !p.has_addr || p.probe_at > now || ready(j) || !p.failure.empty()) continue;
+      if (!p.wanted || p.connected || !p.has_addr || p.probe_at > now || ready(j) || !p.failure.empty()) continue;
       if (std::any_of(out_.begin(), out_.end(), [&](const Outgoing& o) { return o.peer == j; })) continue;
       out_.push_back(Outgoing{j, -1});
       p.probe_at = now + kProbeEvery;
@@ -396,7 +413,7 @@ class TcpConnector {
       set_nodelay(o.fd);
       watch(o.fd, EPOLLIN | EPOLLOUT);
       if (::connect(o.fd, a.get(), a.len) == 0) {
-        o.st = Outgoing::St::hello;
+        o.st = Outgoing::St::connecting;  // advance() finds it connected (and ends a probe there)
       } else if (errno == EINPROGRESS || errno == EINTR) {
         o.st = Outgoing::St::connecting;
       } else {
@@ -531,6 +548,7 @@ class TcpConnector {
   std::vector<Incoming> pending_;    // accepted, hello incomplete
   std::vector<std::vector<int>> in_; // [higher peer][stream]: accepted and acknowledged
   int unconnected_ = 0;              // TCP peers without a link yet
+  Clock::time_point next_idle_step_{};
   std::vector<pollfd> pfds_;         // scratch for step()
   std::vector<int> owner_;           // per pollfd: -1 listener, 2k outgoing k, 2k+1 pending k
 };
@@ -565,9 +583,12 @@ class LazyTcpLink final : public Link {
   std::string stalled() const override { return link_ ? "" : "not connected to " + conn_->describe(peer_); }
   bool peek(FrameHeader* h) override {
     if (!link_) {
-      conn_->want(peer_);  // a receive from any source may be waiting for this peer
+      // A receive from any source may be waiting for this peer. A peer that cannot be connected
+      // has sent nothing: a request posted to it raises that (progress()), a look does not.
+      conn_->want(peer_);
+      conn_->step();
+      if (!conn_->failure(peer_).empty() || !conn_->ready(peer_)) return false;
       connect();
-      if (!link_) return false;
     }
     return link_->peek(h);
   }
@@ -596,6 +617,8 @@ std::shared_ptr<TcpConnector> tcp_listen(const TcpConfig& cfg) { return std::mak
 
 const std::string& tcp_listen_address(const TcpConnector& c) { return c.address(); }
 
+bool tcp_accept_step(TcpConnector& c) { return c.step_if_due(); }
+
 std::vector<std::unique_ptr<Link>> make_tcp_links(const std::shared_ptr<TcpConnector>& conn,
                                                   const std::vector<std::string>& addresses) {
   const TcpConfig& cfg = conn->config();
@@ -612,7 +635,6 @@ std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConf
   auto conn = tcp_listen(cfg);
   const int rank = cfg.rank;
   store.set_string(address_key(rank), conn->address());
-  SHOAL_LOG(debug, "tcp: listening on %s", conn->address().c_str());
   // Only the lower peers' addresses are needed: nobody waits here for a higher peer to be there.
   std::vector<std::string> addresses(cfg.size);
   for (int j = 0; j < rank; ++j) {

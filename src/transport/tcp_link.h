@@ -77,6 +77,10 @@ class TcpConnector;
 std::shared_ptr<TcpConnector> tcp_listen(const TcpConfig& cfg);
 // What peers dial: cfg.advertise_host (127.0.0.1 if empty) and the listener's port.
 const std::string& tcp_listen_address(const TcpConnector& c);
+// For the engine's every progress pass: accepts and acknowledges connections peers have dialed
+// (a peer's first send to this rank waits for that) whatever this rank itself waits on; at most
+// once a millisecond unless connections are in progress. True if anything moved.
+bool tcp_accept_step(TcpConnector& c);
 // One Link per peer, null where use_tcp is false (and for this rank); each connects when it is
 // first used. addresses[j] is rank j's tcp_listen_address; one that starts with '!' is that rank's
 // failure to set up, raised here as an Error naming it.
