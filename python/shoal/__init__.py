@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 
-__version__ = "0.1.0"
+from ._build_info import VERSION as __version__  # the file VERSION, read at build time
 __all__ = ["__version__", "torch_available", "ray_available"]
 
 

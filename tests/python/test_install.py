@@ -1,4 +1,4 @@
-"""The installed package: which torch it was built against, and what another torch gets."""
+"""The installed package: its version, which torch it was built against, and what another torch gets."""
 
 import importlib.metadata
 import os
@@ -18,6 +18,16 @@ def python(code: str) -> subprocess.CompletedProcess:
 
 def test_records_the_torch_it_was_built_against():
     assert shoal._build_info.TORCH_VERSION == torch.__version__
+
+
+def test_one_version_everywhere():
+    """The file VERSION is the wheel's version, shoal.__version__ and the C++ package's
+    (tests/python/test_cpp_package.py checks the installed headers and SONAME against it)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "VERSION")) as f:
+        want = f.read().strip()
+    assert shoal.__version__ == want
+    assert importlib.metadata.version("shoal") == want
 
 
 def test_metadata_does_not_pin_one_torch():
