@@ -3,6 +3,10 @@
 
 BUILD ?= build
 JOBS ?= 2
+# ctest runs one test more than there are cores: many tests spend their time waiting (timeouts,
+# sleeps, ranks starting), and a third slot overlaps those waits: the C++ suite took 178 s at -j2
+# and 152-158 s at -j3 on our 2 cores (RELIABILITY.md, "Time of `make test`").
+CTEST_JOBS ?= 3
 PY := .venv/bin/python
 # Gloo and Open MPI are the peers shoal-bench measures shoal against (--vs gloo, --vs ompi).
 APT_PACKAGES := cmake g++ make ccache libgloo-dev libgtest-dev libgmock-dev iproute2 iperf3 openmpi-bin libopenmpi-dev
@@ -46,7 +50,7 @@ setup-and-build: deps
 	$(MAKE) -j2 venv build
 
 test: setup-and-build
-	cd $(BUILD) && ctest --output-on-failure --timeout 600 -j$(JOBS)
+	cd $(BUILD) && ctest --output-on-failure --timeout 600 -j$(CTEST_JOBS)
 	$(MAKE) test-python
 
 demo: setup build python-install
