@@ -12,6 +12,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("SHOAL_BUILD_DIR", os.path.join(ROOT, "build"))
 EXAMPLE = os.path.join(ROOT, "examples", "cpp")
+C_EXAMPLE = os.path.join(ROOT, "examples", "c", "collectives.c")
 
 pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(BUILD, "CMakeCache.txt")),
                                 reason="no C++ build (make build)")
@@ -56,7 +57,7 @@ def test_install_lays_out_library_headers_tools_and_package_files(prefix):
     assert os.readlink(os.path.join(lib, soname)) == f"libshoal.so.{version()}"
     dyn = run(["readelf", "-d", os.path.join(lib, "libshoal.so")])
     assert f"Library soname: [{soname}]" in dyn, dyn
-    for h in ("communicator.h", "error.h", "store.h", "types.h", "work.h", "version.h"):
+    for h in ("communicator.h", "error.h", "store.h", "types.h", "work.h", "version.h", "c.h"):
         assert os.path.isfile(os.path.join(prefix, "include", "shoal", h)), h
     for tool in ("shoal-run", "shoal-store", "shoal-bench"):
         assert os.access(os.path.join(prefix, "bin", tool), os.X_OK), tool
@@ -110,3 +111,16 @@ def test_public_headers_compile_alone(prefix, tmp_path, cxx, std):
         src = tmp_path / f"{h}.cpp"
         src.write_text(f"#include <shoal/{h}>\n")
         run([cxx, f"-std={std}", "-Wall", "-Wextra", "-Wpedantic", "-Werror", f"-I{inc}", "-fsyntax-only", str(src)])
+
+
+def test_c_api_from_a_c_program(prefix, tmp_path):
+    """shoal/c.h from C99 (pkg-config), at 3 ranks: every op's result and the error codes."""
+    if not shutil.which("pkg-config"):
+        pytest.skip("no pkg-config")
+    env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(libdir(prefix), "pkgconfig"))
+    flags = run(["pkg-config", "--cflags", "--libs", "shoal"], env=env).split()
+    exe = str(tmp_path / "collectives")
+    run(["cc", "-std=c99", "-Wall", "-Wextra", "-Wpedantic", "-Werror", C_EXAMPLE, "-o", exe, *flags,
+         f"-Wl,-rpath,{libdir(prefix)}"])
+    out = run([os.path.join(prefix, "bin", "shoal-run"), "-n", "3", exe])
+    assert sorted(l for l in out.splitlines() if "C API" in l) == [f"rank {r} of 3: C API ok" for r in range(3)], out

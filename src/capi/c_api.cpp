@@ -1,0 +1,131 @@
+// The C API (include/shoal/c.h): each call runs the C++ one as a blocking call and turns its
+// exception into a result code and a thread-local message.
+#include "shoal/c.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "shoal/communicator.h"
+#include "shoal/error.h"
+
+struct shoal_comm {
+  std::unique_ptr<shoal::Communicator> c;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+shoal_result fail(shoal_result r, const char* what) {
+  g_last_error = what;
+  return r;
+}
+
+// Runs f, mapping shoal's exceptions (most derived first) to result codes.
+template <class F>
+shoal_result guard(F&& f) noexcept {
+  try {
+    f();
+    g_last_error.clear();
+    return SHOAL_SUCCESS;
+  } catch (const shoal::InvalidArgument& e) {
+    return fail(SHOAL_INVALID_ARGUMENT, e.what());
+  } catch (const shoal::Timeout& e) {
+    return fail(SHOAL_TIMEOUT, e.what());
+  } catch (const shoal::PeerError& e) {
+    return fail(SHOAL_PEER_ERROR, e.what());
+  } catch (const std::exception& e) {
+    return fail(SHOAL_ERROR, e.what());
+  } catch (...) {
+    return fail(SHOAL_ERROR, "unknown error");
+  }
+}
+
+shoal::Communicator& comm_of(shoal_comm* c) {
+  if (!c || !c->c) throw shoal::InvalidArgument("shoal C API: null communicator");
+  return *c->c;
+}
+
+// The C enums are the C++ ones in the same order; values outside them are refused.
+shoal::DType dtype(shoal_dtype d) {
+  if (d < SHOAL_F16 || d > SHOAL_BOOL) throw shoal::InvalidArgument("shoal C API: unknown dtype " + std::to_string(d));
+  return static_cast<shoal::DType>(d);
+}
+shoal::ReduceOp reduce_op(shoal_op o) {
+  if (o < SHOAL_SUM || o > SHOAL_BXOR) throw shoal::InvalidArgument("shoal C API: unknown reduce op " + std::to_string(o));
+  return static_cast<shoal::ReduceOp>(o);
+}
+
+shoal::CallOptions blocking() {
+  shoal::CallOptions o;
+  o.blocking = true;
+  return o;
+}
+
+}  // namespace
+
+static_assert(static_cast<int>(shoal::DType::boolean) == SHOAL_BOOL && static_cast<int>(shoal::DType::f32) == SHOAL_F32);
+static_assert(static_cast<int>(shoal::ReduceOp::bxor) == SHOAL_BXOR && static_cast<int>(shoal::ReduceOp::avg) == SHOAL_AVG);
+
+extern "C" {
+
+const char* shoal_last_error(void) { return g_last_error.c_str(); }
+
+shoal_result shoal_comm_create_from_env(int64_t timeout_ms, shoal_comm** out) {
+  return guard([&] {
+    if (!out) throw shoal::InvalidArgument("shoal_comm_create_from_env: null output pointer");
+    *out = nullptr;
+    const char* r = std::getenv("SHOAL_RANK");
+    const char* n = std::getenv("SHOAL_WORLD_SIZE");
+    if (!r || !n) throw shoal::InvalidArgument("SHOAL_RANK and SHOAL_WORLD_SIZE must be set (docs/launch.md)");
+    const int rank = std::atoi(r), size = std::atoi(n);
+    const auto timeout = std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : 300000);
+    auto c = std::make_unique<shoal_comm>();
+    c->c = std::make_unique<shoal::Communicator>(shoal::store_from_env(rank, timeout), rank, size);
+    *out = c.release();
+  });
+}
+
+void shoal_comm_destroy(shoal_comm* comm) { delete comm; }
+
+int shoal_comm_rank(const shoal_comm* comm) { return comm && comm->c ? comm->c->rank() : -1; }
+int shoal_comm_size(const shoal_comm* comm) { return comm && comm->c ? comm->c->size() : -1; }
+
+shoal_result shoal_allreduce(shoal_comm* c, const void* in, void* out, size_t count, shoal_dtype dt, shoal_op op) {
+  return guard([&] { comm_of(c).allreduce(in, out, count, dtype(dt), reduce_op(op), blocking()); });
+}
+shoal_result shoal_broadcast(shoal_comm* c, void* buf, size_t count, shoal_dtype dt, int root) {
+  return guard([&] { comm_of(c).broadcast(buf, count, dtype(dt), root, blocking()); });
+}
+shoal_result shoal_reduce(shoal_comm* c, const void* in, void* out, size_t count, shoal_dtype dt, shoal_op op, int root) {
+  return guard([&] { comm_of(c).reduce(in, out, count, dtype(dt), reduce_op(op), root, blocking()); });
+}
+shoal_result shoal_allgather(shoal_comm* c, const void* in, void* out, size_t count, shoal_dtype dt) {
+  return guard([&] { comm_of(c).allgather(in, out, count, dtype(dt), blocking()); });
+}
+shoal_result shoal_reduce_scatter(shoal_comm* c, const void* in, void* out, size_t count, shoal_dtype dt, shoal_op op) {
+  return guard([&] { comm_of(c).reduce_scatter(in, out, count, dtype(dt), reduce_op(op), blocking()); });
+}
+shoal_result shoal_gather(shoal_comm* c, const void* in, void* out, size_t count, shoal_dtype dt, int root) {
+  return guard([&] { comm_of(c).gather(in, out, count, dtype(dt), root, blocking()); });
+}
+shoal_result shoal_scatter(shoal_comm* c, const void* in, void* out, size_t count, shoal_dtype dt, int root) {
+  return guard([&] { comm_of(c).scatter(in, out, count, dtype(dt), root, blocking()); });
+}
+shoal_result shoal_alltoall(shoal_comm* c, const void* in, void* out, size_t count, shoal_dtype dt) {
+  return guard([&] { comm_of(c).alltoall(in, out, count, dtype(dt), blocking()); });
+}
+shoal_result shoal_barrier(shoal_comm* c) {
+  return guard([&] { comm_of(c).barrier()->wait(); });
+}
+shoal_result shoal_send(shoal_comm* c, const void* buf, size_t count, shoal_dtype dt, int peer, uint64_t tag) {
+  return guard([&] { comm_of(c).send(buf, count, dtype(dt), peer, tag, blocking()); });
+}
+shoal_result shoal_recv(shoal_comm* c, void* buf, size_t count, shoal_dtype dt, int peer, uint64_t tag) {
+  return guard([&] { comm_of(c).recv(buf, count, dtype(dt), peer, tag, blocking()); });
+}
+
+}  // extern "C"
