@@ -16,8 +16,11 @@ __all__ = ["__version__", "torch_available", "ray_available"]
 
 
 def torch_available() -> bool:
-    """Whether torch is installed (the torch.distributed backend needs it)."""
-    return importlib.util.find_spec("torch") is not None
+    """Whether torch is installed (the torch.distributed backend and the Ray backend need it)."""
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # blocked (None in sys.modules) or a broken install
+        return False
 
 
 def ray_available() -> bool:
@@ -54,5 +57,5 @@ def _register_ray() -> None:
         warnings.warn(f"shoal: the Ray backend is unavailable ({e})", RuntimeWarning, stacklevel=3)
 
 
-if ray_available() and torch_available():
-    _register_ray()
+if ray_available():
+    _register_ray()  # without torch: a warning that says the Ray backend needs it

@@ -88,3 +88,41 @@ def test_rays_guides_run_without_import_shoal(ray_local):
     assert "rdt 1000000.0" in out, out
     assert "worker (16.0, 'ShoalGroup') (16.0, 'ShoalGroup')" in out, out
     assert "driver (16.0, 'ShoalGroup') (16.0, 'ShoalGroup')" in out, out
+
+
+WITHOUT_TORCH = """
+    import json, sys, warnings
+    sys.modules["torch"] = None  # as in an environment without torch
+    out = {}
+    from ray.util.collective.backend_registry import _global_registry
+    out["registered"] = _global_registry.is_registered("shoal")
+    try:
+        _global_registry.get("shoal")(2, 0, "g")  # what init_collective_group makes
+        out["group"] = "made"
+    except ImportError as e:
+        out["group"] = str(e)
+    print(json.dumps(out))
+"""
+
+IMPORT_WITHOUT_TORCH = """
+    import json, sys, warnings
+    sys.modules["torch"] = None
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        import shoal
+    print(json.dumps({"available": shoal.torch_available(), "warnings": [str(x.message) for x in w]}))
+"""
+
+
+def test_without_torch_the_error_says_the_ray_backend_needs_it():
+    """numpy-only Ray users: the backend needs torch (shoal._C is a torch extension). Making a group
+    says so, and `import shoal` works and warns with the same reason."""
+    import json
+
+    out = json.loads(python(WITHOUT_TORCH).strip().splitlines()[-1])
+    assert out["registered"] is True
+    assert "shoal's Ray collective backend needs torch" in out["group"], out
+    assert "pip install torch" in out["group"], out
+    out = json.loads(python(IMPORT_WITHOUT_TORCH).strip().splitlines()[-1])
+    assert out["available"] is False
+    assert any("the Ray backend is unavailable" in m and "needs torch" in m for m in out["warnings"]), out

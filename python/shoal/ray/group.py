@@ -22,8 +22,16 @@ import warnings
 from typing import Any, List, Optional
 
 import numpy as np
-import torch
-import torch.distributed as dist
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as _e:  # numpy-only Ray users: say what is missing, not just the module name
+    raise ImportError(
+        "shoal's Ray collective backend needs torch: it runs on shoal's torch.distributed backend "
+        f"(shoal._C, built against torch), also for numpy arrays ({_e}); install torch in the "
+        "environment of the driver and of every actor (pip install torch), or use backend='gloo'"
+    ) from _e
 from ray.util.collective.collective_group.base_collective_group import BaseGroup
 from ray.util.collective.types import (
     AllGatherOptions,
