@@ -10,7 +10,7 @@
 
 .PHONY: python-install test-python test-torch-suite
 
-PY_SOURCES := pyproject.toml CMakeLists.txt python/shoal_ray_autoload.pth csrc/torch/build_info.py.in $(shell find python/shoal python/_shoal_autoload csrc/torch src include \
+PY_SOURCES := pyproject.toml CMakeLists.txt VERSION cmake/version.h.in python/shoal_ray_autoload.pth csrc/torch/build_info.py.in $(shell find python/shoal python/_shoal_autoload csrc/torch src include \
 	-type f \( -name '*.py' -o -name '*.cpp' -o -name '*.h' \) 2>/dev/null)
 
 python-install: .venv/.shoal-installed

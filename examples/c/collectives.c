@@ -46,6 +46,22 @@ int main(void) {
   CHECK(shoal_reduce(comm, &mine, &mx, 1, SHOAL_I32, SHOAL_MAX, 0));
   if (rank == 0) EXPECT(mx == size);
 
+  int32_t *blocks = malloc(sizeof(int32_t) * size), *back = malloc(sizeof(int32_t) * size);
+  for (r = 0; r < size; ++r) blocks[r] = 100 * rank + r; /* block r goes to rank r */
+  CHECK(shoal_alltoall(comm, blocks, back, 1, SHOAL_I32));
+  for (r = 0; r < size; ++r) EXPECT(back[r] == 100 * r + rank);
+
+  int32_t part = -1;
+  CHECK(shoal_reduce_scatter(comm, blocks, &part, 1, SHOAL_I32, SHOAL_SUM)); /* sum over ranks of block `rank` */
+  EXPECT(part == 100 * size * (size - 1) / 2 + size * rank);
+
+  CHECK(shoal_gather(comm, &mine, back, 1, SHOAL_I32, 0));
+  if (rank == 0)
+    for (r = 0; r < size; ++r) EXPECT(back[r] == r + 1);
+  for (r = 0; r < size; ++r) blocks[r] = rank == 0 ? 7 * r : -1;
+  CHECK(shoal_scatter(comm, blocks, &part, 1, SHOAL_I32, 0));
+  EXPECT(part == 7 * rank);
+
   /* rank r sends r + 1 to the next rank */
   int32_t got = -1;
   if (rank % 2 == 0) {
@@ -68,6 +84,8 @@ int main(void) {
 
   printf("rank %d of %d: C API ok\n", rank, size);
   free(all);
+  free(blocks);
+  free(back);
   shoal_comm_destroy(comm);
   return 0;
 }

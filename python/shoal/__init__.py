@@ -11,7 +11,15 @@ from __future__ import annotations
 
 import importlib.util
 
-from ._build_info import VERSION as __version__  # the file VERSION, read at build time
+try:
+    from ._build_info import VERSION as __version__  # the file VERSION, read at build time
+except ImportError:  # the source tree, not an installed wheel
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        __version__ = version("shoal")
+    except PackageNotFoundError:
+        __version__ = "unknown"
 __all__ = ["__version__", "torch_available", "ray_available"]
 
 

@@ -19,8 +19,11 @@ namespace {
 
 thread_local std::string g_last_error;
 
-shoal_result fail(shoal_result r, const char* what) {
-  g_last_error = what;
+shoal_result fail(shoal_result r, const char* what) noexcept {
+  try {
+    g_last_error = what;
+  } catch (...) {  // no memory for the message: the code still says what kind of failure
+  }
   return r;
 }
 
@@ -28,8 +31,8 @@ shoal_result fail(shoal_result r, const char* what) {
 template <class F>
 shoal_result guard(F&& f) noexcept {
   try {
-    f();
     g_last_error.clear();
+    f();
     return SHOAL_SUCCESS;
   } catch (const shoal::InvalidArgument& e) {
     return fail(SHOAL_INVALID_ARGUMENT, e.what());
@@ -67,8 +70,16 @@ shoal::CallOptions blocking() {
 
 }  // namespace
 
-static_assert(static_cast<int>(shoal::DType::boolean) == SHOAL_BOOL && static_cast<int>(shoal::DType::f32) == SHOAL_F32);
-static_assert(static_cast<int>(shoal::ReduceOp::bxor) == SHOAL_BXOR && static_cast<int>(shoal::ReduceOp::avg) == SHOAL_AVG);
+static_assert(int(shoal::DType::f16) == SHOAL_F16 && int(shoal::DType::bf16) == SHOAL_BF16 &&
+              int(shoal::DType::f32) == SHOAL_F32 && int(shoal::DType::f64) == SHOAL_F64 &&
+              int(shoal::DType::i8) == SHOAL_I8 && int(shoal::DType::u8) == SHOAL_U8 &&
+              int(shoal::DType::i32) == SHOAL_I32 && int(shoal::DType::i64) == SHOAL_I64 &&
+              int(shoal::DType::boolean) == SHOAL_BOOL);
+static_assert(int(shoal::ReduceOp::sum) == SHOAL_SUM && int(shoal::ReduceOp::prod) == SHOAL_PROD &&
+              int(shoal::ReduceOp::min) == SHOAL_MIN && int(shoal::ReduceOp::max) == SHOAL_MAX &&
+              int(shoal::ReduceOp::avg) == SHOAL_AVG && int(shoal::ReduceOp::band) == SHOAL_BAND &&
+              int(shoal::ReduceOp::bor) == SHOAL_BOR && int(shoal::ReduceOp::bxor) == SHOAL_BXOR);
+static_assert(shoal::Communicator::kAnySource == SHOAL_ANY_SOURCE);
 
 extern "C" {
 
@@ -82,9 +93,10 @@ shoal_result shoal_comm_create_from_env(int64_t timeout_ms, shoal_comm** out) {
     const char* n = std::getenv("SHOAL_WORLD_SIZE");
     if (!r || !n) throw shoal::InvalidArgument("SHOAL_RANK and SHOAL_WORLD_SIZE must be set (docs/launch.md)");
     const int rank = std::atoi(r), size = std::atoi(n);
-    const auto timeout = std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : 300000);
+    shoal::Options opts = shoal::Options::from_env({});
+    if (timeout_ms > 0) opts.timeout = std::chrono::milliseconds(timeout_ms);
     auto c = std::make_unique<shoal_comm>();
-    c->c = std::make_unique<shoal::Communicator>(shoal::store_from_env(rank, timeout), rank, size);
+    c->c = std::make_unique<shoal::Communicator>(shoal::store_from_env(rank, opts.timeout), rank, size, opts);
     *out = c.release();
   });
 }
