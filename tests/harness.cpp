@@ -372,6 +372,15 @@ double now_seconds() {
   return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
 }
 
+int open_sockets() {
+  int n = 0;
+  for (auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    struct stat st;
+    if (::stat(e.path().c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ++n;
+  }
+  return n;
+}
+
 void mark_time() { g_mark = now_seconds(); }
 double since_mark() { return now_seconds() - g_mark; }
 

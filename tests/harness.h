@@ -124,6 +124,7 @@ int my_size();
 void mark_time();                // restarts the clock of RankOutcome::fail_seconds
 double since_mark();             // seconds since mark_time() (or fn's start)
 double now_seconds();            // CLOCK_MONOTONIC in seconds: comparable across the children
+int open_sockets();              // sockets (listening or connected) this process holds now
 void note(const std::string& s); // appended to RankOutcome::notes (one line each)
 // 1 MiB of memory shared by the parent and every child of the current run (MAP_SHARED, zeroed
 // before the fork): for flags and timestamps between ranks.

@@ -4,13 +4,10 @@
 // automatic choice of algorithm. scripts/many_ranks.py measures 64 and 128 ranks.
 #include <gtest/gtest.h>
 
-#include <sys/stat.h>
-
 #include <atomic>
 #include <cstdint>
-#include <thread>
-#include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.h"
@@ -125,16 +122,6 @@ TEST_P(ManyRanks, EveryOp) {
 INSTANTIATE_TEST_SUITE_P(All, ManyRanks, ::testing::Values("shm", "tcp"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return "n32_" + i.param; });
 
-// TCP sockets this process holds (listening or connected).
-int tcp_sockets() {
-  int n = 0;
-  for (auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
-    struct stat st;
-    if (::stat(e.path().c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ++n;
-  }
-  return n;
-}
-
 // Over TCP a pair connects when it first talks: after creation a rank holds its listener alone,
 // after a ring of sends the sockets to its two neighbours (a data and a control connection each),
 // and after an all-to-all every pair's, with the listener closed.
@@ -143,13 +130,13 @@ TEST(ManyRanks, TcpConnectsOnlyThePairsThatTalk) {
   cfg.limit = std::chrono::seconds(200);
   run_ranks(kRanks, cfg, [](Communicator& c) {
     const int n = c.size(), me = c.rank();
-    SH_CHECK_EQ(tcp_sockets(), 1) << "sockets after the group's creation";
+    SH_CHECK_EQ(open_sockets(), 1) << "sockets after the group's creation";
     int32_t x = me, got = -1;
     auto rv = c.recv(&got, 1, DType::i32, (me + n - 1) % n);
     c.send(&x, 1, DType::i32, (me + 1) % n)->wait();
     rv->wait();
     SH_CHECK_EQ(got, (me + n - 1) % n);
-    SH_CHECK_EQ(tcp_sockets(), 1 + 2 * 2) << "sockets after a ring of sends";
+    SH_CHECK_EQ(open_sockets(), 1 + 2 * 2) << "sockets after a ring of sends";
     // Nobody dials for the all-to-all before every rank has counted (a counter in memory the
     // test's processes share: not through the group, whose barrier connects pairs too).
     auto* counted = static_cast<std::atomic<int>*>(shared_area());
@@ -159,7 +146,7 @@ TEST(ManyRanks, TcpConnectsOnlyThePairsThatTalk) {
     std::vector<int32_t> out(n, -1);
     c.alltoall(in.data(), out.data(), 1, DType::i32)->wait();
     for (int p = 0; p < n; ++p) SH_CHECK_EQ(out[p], input(p, me)) << "alltoall from " << p;
-    SH_CHECK_EQ(tcp_sockets(), 2 * (n - 1)) << "sockets after an all-to-all";
+    SH_CHECK_EQ(open_sockets(), 2 * (n - 1)) << "sockets after an all-to-all";
   });
 }
 

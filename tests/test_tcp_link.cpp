@@ -29,6 +29,7 @@
 #include <gtest/gtest.h>
 
 #include "core/log.h"
+#include "harness.h"
 #include "shoal/error.h"
 #include "shoal/store.h"
 #include "transport/tcp_link.h"
@@ -899,16 +900,6 @@ TEST_F(TcpLinkTest, CloseTellsThePeer) {
 // ---------------------------------------------------------------------------------------------
 // Connections made when a pair first talks (tcp_listen + make_tcp_links, what a group uses).
 
-// TCP sockets this process holds (listening or connected).
-int count_sockets() {
-  int n = 0;
-  for (auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
-    struct stat st;
-    if (::stat(e.path().c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ++n;
-  }
-  return n;
-}
-
 // Listens, publishes "tcp/<rank>", reads every rank's address, and makes the lazy links.
 Net make_lazy_net(shoal::Store& store, int rank, int size, int streams) {
   Net net;
@@ -966,12 +957,12 @@ int exchange(Net& net, int rank, const std::vector<int>& peers, uint64_t sig) {
 TEST_F(TcpLinkTest, PairsConnectWhenTheyFirstTalk) {
   constexpr int n = 5, streams = 2;
   expect_all_ok(run_procs(dir_, n, [&](int rank) {
-    const int base = count_sockets();
+    const int base = shoal_test::open_sockets();
     TestDirStore store(dir_);
     Net net = make_lazy_net(store, rank, n, streams);
-    if (count_sockets() - base != 1) return 10;  // the listener
+    if (shoal_test::open_sockets() - base != 1) return 10;  // the listener
     if (exchange(net, rank, {(rank + 1) % n, (rank + n - 1) % n}, 7)) return 20;
-    const int ring = count_sockets() - base;
+    const int ring = shoal_test::open_sockets() - base;
     if (ring != 1 + 2 * (streams + 1)) {
       std::fprintf(stderr, "rank %d: %d sockets after the ring exchange\n", rank, ring);
       return 30;
@@ -983,7 +974,7 @@ TEST_F(TcpLinkTest, PairsConnectWhenTheyFirstTalk) {
     for (int j = 0; j < n; ++j)
       if (j != rank) all.push_back(j);
     if (exchange(net, rank, all, 8)) return 40;
-    const int full = count_sockets() - base;
+    const int full = shoal_test::open_sockets() - base;
     if (full != (n - 1) * (streams + 1)) {
       std::fprintf(stderr, "rank %d: %d sockets after talking to everyone\n", rank, full);
       return 50;

@@ -320,14 +320,7 @@ class TcpConnector {
       // Only its reports wake a waiter (a sender held by the window); its writes never wait.
       if (!add_to_epoll(control, EPOLLIN | EPOLLET | EPOLLRDHUP)) throw_epoll();
     }
-    if (--unconnected_ == 0) {  // nobody left to dial this rank, or to dial
-      unwatch(listener_);
-      close_fd(listener_);
-      for (auto& c : pending_) close_fd(c.fd);
-      pending_.clear();
-      for (auto& o : out_) close_fd(o.fd);
-      out_.clear();
-    }
+    if (--unconnected_ == 0) stop_connecting();  // nobody left to dial this rank, or to dial
     return link;
   }
 
@@ -349,12 +342,7 @@ class TcpConnector {
 
   // Stops accepting and dialing (this rank is leaving): peers that dial it are refused at once.
   void shutdown() noexcept {
-    unwatch(listener_);
-    close_fd(listener_);
-    for (auto& o : out_) close_fd(o.fd);
-    out_.clear();
-    for (auto& c : pending_) close_fd(c.fd);
-    pending_.clear();
+    stop_connecting();
     for (auto& v : in_)
       for (int& fd : v) close_fd(fd);
   }
@@ -382,6 +370,16 @@ class TcpConnector {
   }
   void unwatch(int fd) noexcept {
     if (cfg_.epoll_fd >= 0 && fd >= 0) (void)::epoll_ctl(cfg_.epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+  }
+
+  // Closes the listener and every connection still being made (probes included).
+  void stop_connecting() noexcept {
+    unwatch(listener_);
+    close_fd(listener_);
+    for (auto& c : pending_) close_fd(c.fd);
+    pending_.clear();
+    for (auto& o : out_) close_fd(o.fd);
+    out_.clear();
   }
 
   void fail(int j, std::string why) {

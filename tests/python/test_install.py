@@ -30,6 +30,17 @@ def test_one_version_everywhere():
     assert importlib.metadata.version("shoal") == want
 
 
+def test_ray_extra_pins_the_tested_ray_and_types_are_shipped():
+    """pip install shoal[ray] gets the Ray release make test ran (requirements-dev.txt); the
+    package carries py.typed (PEP 561), so type checkers read its hints."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "requirements-dev.txt")) as f:
+        tested = next(l.split("#")[0].strip() for l in f if l.startswith("ray"))
+    extra = [r for r in importlib.metadata.requires("shoal") if 'extra == "ray"' in r]
+    assert [r.split(";")[0].strip() for r in extra] == [tested], extra
+    assert os.path.isfile(os.path.join(os.path.dirname(shoal.__file__), "py.typed"))
+
+
 def test_metadata_does_not_pin_one_torch():
     reqs = [r for r in importlib.metadata.requires("shoal") if r.startswith("torch")]
     assert reqs and all("==" not in r for r in reqs), reqs
