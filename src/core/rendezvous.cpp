@@ -4,12 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <utility>
 #include <charconv>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <utility>
 
 #include "core/log.h"
 #include "shoal/error.h"
@@ -99,6 +99,10 @@ size_t default_ring_bytes(int slots) {
   return r;
 }
 
+Millis left_until(Clock::time_point deadline) {
+  return std::max(Millis(0), std::chrono::ceil<Millis>(deadline - Clock::now()));
+}
+
 // Every rank sets key/<rank>; rank 0 reads them all and sets key/all, which every rank reads:
 // 3p store requests per gather instead of p^2 (each rank reading every other's key), which at 128
 // ranks made the group's creation take seconds. key/all holds each value as "<length>:<bytes>".
@@ -106,19 +110,18 @@ size_t default_ring_bytes(int slots) {
 std::vector<std::string> all_gather(Store& store, const std::string& key, int rank, int size, const std::string& mine,
                                     Clock::time_point deadline) {
   if (size == 1) return {mine};
-  auto left = [&] { return std::max(Millis(0), std::chrono::ceil<Millis>(deadline - Clock::now())); };
   auto rank_key = [&](int r) { return key + "/" + std::to_string(r); };
   store.set_string(rank_key(rank), mine);
   std::string all;
   try {
     if (rank == 0) {
       for (int r = 0; r < size; ++r) {
-        const std::string v = r == 0 ? mine : store.get_string(rank_key(r), left());
+        const std::string v = r == 0 ? mine : store.get_string(rank_key(r), left_until(deadline));
         all += std::to_string(v.size()) + ":" + v;
       }
       store.set_string(key + "/all", all);
     } else {
-      all = store.get_string(key + "/all", left());
+      all = store.get_string(key + "/all", left_until(deadline));
     }
   } catch (const Timeout&) {
     std::vector<int> missing;
@@ -156,12 +159,27 @@ void hold_store_until_read(Store& store, const std::string& key, int rank, int s
   }
   std::vector<std::string> keys;
   for (int r = 1; r < size; ++r) keys.push_back(read + std::to_string(r));
-  const Millis left = std::max(Millis(0), std::chrono::ceil<Millis>(deadline - Clock::now()));
   try {
-    store.wait(keys, std::min(left, Millis(10000)));
+    store.wait(keys, std::min(left_until(deadline), Millis(10000)));
   } catch (const Error&) {
     // A peer that has not read by now is gone or stuck: the cause is still ours to raise.
   }
+}
+
+// all_gather, where a rank that cannot take part gives "!" and why (own_failure, non-empty)
+// instead of its value: then every rank fails, with its own reason first, else the first failed
+// rank's, and rank 0 keeps the store up until the others have read.
+std::vector<std::string> gather_or_fail(Store& store, const std::string& key, int rank, int size,
+                                        const std::string& mine, const std::string& own_failure,
+                                        Clock::time_point deadline) {
+  auto values = all_gather(store, key, rank, size, own_failure.empty() ? mine : "!" + own_failure, deadline);
+  int failed = own_failure.empty() ? -1 : rank;
+  for (int r = 0; r < size && failed < 0; ++r)
+    if (!values[r].empty() && values[r][0] == '!') failed = r;
+  if (failed < 0) return values;
+  hold_store_until_read(store, key, rank, size, deadline);
+  if (failed == rank) throw Error(own_failure);
+  throw Error("rank " + std::to_string(failed) + " failed to set up: " + values[failed].substr(1));
 }
 
 }  // namespace
@@ -266,16 +284,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
         failure = e.what();
       }
     }
-    if (!failure.empty()) made = "!" + failure;
-    auto hosts = all_gather(store, "host", rank, size, made, deadline);
-    int failed = failure.empty() ? -1 : rank;
-    for (int r = 0; r < size && failed < 0; ++r)
-      if (!hosts[r].empty() && hosts[r][0] == '!') failed = r;
-    if (failed >= 0) {
-      hold_store_until_read(store, "host", rank, size, deadline);
-      if (failed == rank) throw Error(failure);
-      throw Error("rank " + std::to_string(failed) + " failed to set up: " + hosts[failed].substr(1));
-    }
+    auto hosts = gather_or_fail(store, "host", rank, size, made, failure, deadline);
     std::string reach(size, '0');
     reach[rank] = '1';
     for (int r = 0; r < size; ++r) {
@@ -349,14 +358,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
         setup_error = e.what();
       }
     }
-    if (!setup_error.empty()) mine = "!" + setup_error;
-    auto addresses = all_gather(store, "tcp", rank, size, mine, deadline);
-    for (int r = 0; r < size; ++r)
-      if (!addresses[r].empty() && addresses[r][0] == '!') {
-        hold_store_until_read(store, "tcp", rank, size, deadline);
-        if (r == rank) throw Error(setup_error);
-        throw Error("rank " + std::to_string(r) + " failed to set up: " + addresses[r].substr(1));
-      }
+    auto addresses = gather_or_fail(store, "tcp", rank, size, mine, setup_error, deadline);
     engine.background = [conn] { return tcp_accept_step(*conn); };
     auto tcp = make_tcp_links(conn, addresses);
     for (int r = 0; r < size; ++r)
