@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "algo/direct_common.h"
@@ -138,3 +140,53 @@ INSTANTIATE_TEST_SUITE_P(All, SingleCopyOps,
                          [](const auto& info) {
                            return "n" + std::to_string(std::get<0>(info.param)) + (std::get<1>(info.param)[0] == '1' ? "_cma" : "_copies");
                          });
+
+// A gather's writers write into the root's output in pieces, each after a look at the root's
+// state. When the root fails the op mid-way (here it aborts from another thread), the pieces in
+// flight must land before its call returns: after that the buffer is the caller's again (it may
+// free it), and a write landing then would corrupt whatever lives there. The root counts the
+// pieces whose last element has landed (the kernel copies a piece front to back) when its call
+// returns and again 200 ms later: the two counts must be equal.
+TEST(SingleCopy, NoWriteLandsInTheRootAfterItsFailedGatherReturns) {
+  if (!kernel_permits_cma()) GTEST_SKIP() << "the kernel does not permit single copy here";
+  constexpr int n = 4, root = 0;
+  constexpr size_t piece = size_t(1) << 20;  // ShmGroupImpl's transfer piece (kTransferPiece)
+  const size_t count = (size_t(128) << 20) / sizeof(float);  // 128 MiB per writer: ~0.1 s of writing
+  RunConfig cfg = with_cma("shm", "1");
+  cfg.options.timeout = std::chrono::seconds(60);
+  cfg.limit = std::chrono::seconds(120);
+  RunResult res = run_ranks_outcomes(n, cfg, [&](Communicator& c) {
+    std::vector<float> in(count, float(c.rank() + 1));
+    std::vector<float> out(c.rank() == root ? count * n : 0, 0.0f);
+    auto landed = [&] {
+      size_t k = 0;
+      for (int j = 0; j < n; ++j)
+        if (j != root)
+          for (size_t end = piece; end <= count * sizeof(float); end += piece)
+            k += std::atomic_ref<float>(out[j * count + end / sizeof(float) - 1]).load() != 0.0f;
+      return k;
+    };
+    c.barrier()->wait();
+    std::jthread aborter;
+    if (c.rank() == root)
+      aborter = std::jthread([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(15));
+        c.abort("the test's root gives up mid-gather");
+      });
+    try {
+      c.gather(in.data(), out.data(), count, DType::f32, root)->wait();
+      note("completed=1");
+    } catch (const Error&) {
+      if (c.rank() != root) throw;
+      const size_t at_return = landed();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      const size_t later = landed();
+      note("pieces=" + std::to_string(at_return) + "/" + std::to_string((n - 1) * count * sizeof(float) / piece));
+      SH_CHECK(later == at_return) << later - at_return << " piece(s) landed in the root's output after its gather failed";
+      throw;
+    }
+  });
+  const auto& r0 = res.ranks[root];
+  if (r0.notes.find("completed=1") != std::string::npos) GTEST_SKIP() << "the gather finished before the root aborted";
+  EXPECT_EQ(r0.error_kind, "PeerError") << res.describe();
+}

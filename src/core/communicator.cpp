@@ -107,6 +107,7 @@ struct Communicator::Impl final : WorkDriver {
   // its own reason), its links closed, and every op queued or in flight fails with `e`.
   void fail_group(const std::exception_ptr& e) {
     engine->abort("an earlier op failed");
+    if (shm) shm->quiesce_writes();  // no peer's write lands in a buffer the caller gets back
     engine->close_links();
     fail_all(e);
   }

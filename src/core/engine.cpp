@@ -322,11 +322,16 @@ std::string Engine::gone_reason(int r) const {
   const ShmControl* c = peer_ctl_[r];
   if (c->state.load(std::memory_order_acquire) != 0)
     return std::string(what_) + " on group '" + group + "': " + c->aborted_message(r);
-  pollfd p{pidfds_[r], POLLIN, 0};
-  if (pidfds_[r] >= 0 && ::poll(&p, 1, 0) > 0)
+  if (exited(r))
     return std::string(what_) + " on group '" + group + "': rank " + std::to_string(r) + " (pid " +
            std::to_string(c->pid) + ") exited while this rank waited for it";
   return "";
+}
+
+bool Engine::exited(int r) const {
+  if (r < 0 || r >= size || pidfds_[r] < 0) return false;
+  pollfd p{pidfds_[r], POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
 }
 
 void Engine::check_peers() {
@@ -349,6 +354,14 @@ void Engine::abort(const std::string& reason) noexcept {
     std::lock_guard<std::mutex> lk(reason_mu_);
     if (aborted_.load()) return;
     reason_ = reason;
+    // The state is set before aborted_: a thread that sees aborted() (or returns from abort() as
+    // a second caller) knows that peers see it too. seq_cst: ordered before the loads of the
+    // peers' writing_to in ShmGroup::quiesce_writes (a writer stores its writing_to, then loads
+    // this state: ShmGroupImpl::transfer).
+    if (self_) {
+      std::strncpy(self_->reason, reason.c_str(), sizeof self_->reason - 1);
+      self_->state.store(1, std::memory_order_seq_cst);
+    }
     aborted_.store(true, std::memory_order_release);
   }
   SHOAL_LOG(warn, "group '%s' aborted: %s", group.c_str(), reason.c_str());
@@ -358,12 +371,9 @@ void Engine::abort(const std::string& reason) noexcept {
     } catch (...) {  // the store may be gone with the peer that hosted it
     }
   }
-  if (self_) {
-    std::strncpy(self_->reason, reason.c_str(), sizeof self_->reason - 1);
-    self_->state.store(1, std::memory_order_release);
+  if (self_)
     for (auto* c : peer_ctl_)
       if (c && c != self_) ring(c);
-  }
   wake();
 }
 

@@ -66,6 +66,8 @@ class Engine {
 
   // Throws PeerError if a same-host peer's process has exited or aborted.
   void check_peers();
+  // Whether same-host peer r's process has exited (its pidfd is readable); false for others.
+  bool exited(int r) const;
   // Fails the op because of `peer` (aborting this rank, closing links): the message leads to
   // the reason the peer published, if any.
   [[noreturn]] void fail_peer(int peer, const std::string& what);

@@ -34,8 +34,14 @@ class ShmGroup {
   // kernel. Only where single_copy(); r keeps that memory unchanged until this rank says it is
   // done (a barrier). Throws PeerError if r is gone.
   virtual void read(int r, const void* remote, void* local, size_t n) = 0;
-  // The other way: n bytes at `local` into `remote`, an address in rank r's process.
+  // The other way: n bytes at `local` into `remote`, an address in rank r's process. Each piece
+  // is written only while r is alive and not aborted (see quiesce_writes).
   virtual void write(int r, const void* local, void* remote, size_t n) = 0;
+  // After this rank aborted (its state is set): waits until no peer is in the middle of a write()
+  // into this process, or has exited, for at most a second. An op that lets peers write into its
+  // caller's buffer fails through here, so no write lands after the failure has reached the
+  // caller, who may by then have freed the buffer.
+  virtual void quiesce_writes() = 0;
 };
 
 }  // namespace shoal

@@ -1,10 +1,14 @@
 #include "transport/shm_group_impl.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <string>
 
+#include "core/log.h"
 #include "shoal/error.h"
 #include "transport/cma.h"
 #include "transport/futex.h"
@@ -12,9 +16,9 @@
 namespace shoal {
 namespace {
 constexpr int kQuickPolls = 16;
-// Single-copy transfers go in pieces of this size, each after a look at the peer's state: a peer
-// that has failed its op (a third rank died, a timeout, abort()) may already have returned and
-// reused its buffer, so at most one piece lands after that, not the rest of a large block.
+// Single-copy transfers go in pieces of this size, each after a look at the peer's state, so that
+// a peer that has failed its op (a third rank died, a timeout, abort()) waits for at most one
+// piece before its failure reaches its caller (quiesce_writes).
 constexpr size_t kTransferPiece = size_t(1) << 20;
 }  // namespace
 
@@ -70,20 +74,47 @@ void ShmGroupImpl::write(int r, const void* local, void* remote, size_t n) {
 }
 
 void ShmGroupImpl::transfer(int r, bool to_peer, uint8_t* local, uint8_t* remote, size_t n) {
+  std::atomic<uint32_t>& writing = ctl_[engine_.rank]->writing_to;
   for (size_t off = 0; off < n; off += kTransferPiece) {
-    // The peer keeps its memory until this rank's next barrier unless it failed its op (and may
-    // have returned): then it names why. A failed call means it is gone or did just that; a local
-    // fault is reported the same way, as the kernel does not say which side's address it could
-    // not use.
-    if (ctl_[r]->state.load(std::memory_order_acquire) != 0) engine_.fail_peer(r, ctl_[r]->aborted_message(r));
+    // The peer keeps its memory until this rank's next barrier unless it failed its op: then it
+    // names why. A write announces itself (writing_to) before that look, and the peer sets its
+    // state before it waits for announced writes to end (quiesce_writes), both seq_cst: either
+    // this rank sees the state and writes nothing more, or the peer sees the announcement and
+    // waits for the piece. A failed call means the peer is gone or did just that; a local fault
+    // is reported the same way, as the kernel does not say which side's address it could not use.
+    if (to_peer) writing.store(static_cast<uint32_t>(r) + 1, std::memory_order_seq_cst);
+    if (ctl_[r]->state.load(std::memory_order_seq_cst) != 0) {
+      writing.store(0, std::memory_order_release);
+      engine_.fail_peer(r, ctl_[r]->aborted_message(r));
+    }
     const size_t len = std::min(kTransferPiece, n - off);
     const int e = to_peer ? cma::write(ctl_[r]->pid, local + off, remote + off, len)
                           : cma::read(ctl_[r]->pid, remote + off, local + off, len);
+    if (to_peer) writing.store(0, std::memory_order_release);
     if (e == 0) continue;
     if (ctl_[r]->state.load(std::memory_order_acquire) != 0) engine_.fail_peer(r, ctl_[r]->aborted_message(r));
     engine_.fail_peer(r, std::string("single-copy ") + (to_peer ? "write" : "read") + " of " + std::to_string(n) +
                              " bytes with rank " + std::to_string(r) + " failed: " + std::strerror(e) +
                              (e == ESRCH ? " (the process is gone)" : ""));
+  }
+}
+
+void ShmGroupImpl::quiesce_writes() {
+  if (!single_copy_) return;
+  const uint32_t me = static_cast<uint32_t>(engine_.rank) + 1;
+  // A piece is at most kTransferPiece bytes (well under a millisecond); the bound is for a writer
+  // that is stopped or starved of a core for longer, which can no longer be told apart from one
+  // that hangs.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (int r : others_) {
+    while (ctl_[r]->writing_to.load(std::memory_order_seq_cst) == me && !engine_.exited(r)) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        SHOAL_LOG(warn, "rank %d still writes into rank %d's buffer 1 s after rank %d's op failed", r, engine_.rank,
+                  engine_.rank);
+        return;
+      }
+      sched_yield();
+    }
   }
 }
 

@@ -24,6 +24,7 @@ class ShmGroupImpl : public ShmGroup {
   bool single_copy() const override { return single_copy_; }
   void read(int r, const void* remote, void* local, size_t n) override;
   void write(int r, const void* local, void* remote, size_t n) override;
+  void quiesce_writes() override;
 
  private:
   Engine& engine_;

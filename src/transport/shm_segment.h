@@ -24,6 +24,10 @@ struct alignas(64) ShmControl {
   alignas(64) std::atomic<uint32_t> doorbell;  // bumped by anyone with news for the owner
   alignas(64) std::atomic<uint32_t> sleeping;  // owner is (about to be) in futex_wait on doorbell
   alignas(64) std::atomic<uint32_t> state;     // 0 alive, 1 aborted (reason below)
+  // 1 + the rank whose memory the owner is writing into by single copy right now, else 0: a rank
+  // that failed an op waits until no peer writes into it before the failure reaches its caller
+  // (ShmGroup::quiesce_writes).
+  alignas(64) std::atomic<uint32_t> writing_to;
   char reason[256];
   alignas(64) std::atomic<uint64_t> barrier_seq;  // ShmGroup barrier arrivals of the owner
 
