@@ -44,9 +44,10 @@ build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=$(CXX) -DCMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER) >/dev/null
 	$(CCACHE_ENV) cmake --build $(BUILD) -j$(JOBS)
 
-# The Python environment is made while the C++ build compiles: pip spends most of its time
-# unpacking wheels, and two cores build about as fast beside it.
-setup-and-build: deps
+# The Python environment is made while the Debian packages install and the C++ build compiles:
+# pip spends most of its time unpacking wheels, apt fetching and unpacking packages, and two cores
+# build about as fast beside them. (venv needs none of the packages: python3 -m venv and pip.)
+setup-and-build:
 	$(MAKE) -j2 venv build
 
 test: setup-and-build
