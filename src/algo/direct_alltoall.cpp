@@ -11,7 +11,18 @@
 // Pipeline: phase m copies piece m of each of its p blocks into slot m % 2 (piece j of the slot
 // holds block j's), and piece m-1 of its own block out of every peer's slot; barriers between
 // phases, end() as the other chunked direct ops (direct_common.h).
+//
+// Single copy (direct_common.h), where the kernel permits it, every rank has a core of its own
+// and blocks are from kSingleCopyMinBlock to kSingleCopyMaxBlock: 2·α + (p-1)·b·β' per rank (b =
+// block bytes, β' = a process_vm_writev per byte). Each rank writes its block for j straight into
+// j's output, all p-1 writes of all ranks at once, with two barriers in all. A kernel copy costs
+// more CPU per byte than a copy in user space (about 12 GB/s against 50 from the caches here), so
+// it pays only where the copies run in parallel on cores of their own and where the pipeline's
+// barriers weigh; with ranks sharing cores, or from 2 MiB blocks, the pipeline was as fast or
+// faster (BENCHMARKS.md, "alltoall by single copy"). Writing beats reading: the writer's block is
+// in its own cache (a producer just wrote it); a reader would fetch it from the writer's.
 #include <cstring>
+#include <thread>
 
 #include "algo/direct_common.h"
 #include "reduce/copy.h"
@@ -22,6 +33,15 @@ using namespace direct;
 
 namespace {
 constexpr size_t kMinPieceBytes = size_t(16) << 10;  // 16 MiB scratch: up to 16 ranks
+constexpr size_t kSingleCopyMinBlock = size_t(64) << 10;
+constexpr size_t kSingleCopyMaxBlock = size_t(1) << 20;
+
+// The same answer on every rank: the ranks share the host, so its core count.
+bool use_single_copy_alltoall(Ctx& c, size_t block) {
+  static const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return block >= kSingleCopyMinBlock && block <= kSingleCopyMaxBlock && static_cast<unsigned>(c.size) <= cores &&
+         c.shm()->single_copy();
+}
 }  // namespace
 
 void alltoall_direct(Ctx& c, const void* in, void* out, size_t count) {
@@ -42,6 +62,17 @@ void alltoall_direct(Ctx& c, const void* in, void* out, size_t count) {
     uint8_t* t = c.scratch(all, 0);
     std::memcpy(t, in, all);
     src = t;
+  }
+  if (use_single_copy_alltoall(c, bs)) {
+    begin_single(c, sig.value(), out);
+    g.barrier();
+    check(c);
+    copy_bytes(u8(out) + r * bs, src + r * bs, bs);
+    for (int k = 1; k < p; ++k) {  // rank r writes to r+1 first: no two ranks write to one rank at once
+      const int j = (r + k) % p;
+      g.write(j, src + j * bs, const_cast<uint8_t*>(peer_buffer(c, j)) + r * bs, bs);
+    }
+    return end_single(c);
   }
   begin(c, sig.value());
   // A piece per block and phase: the slot holds p of them.

@@ -90,6 +90,10 @@ std::string usage() {
       "                         them: allreduce's memory floor 2*p*n/B, and the round trip\n"
       "  --queued               run shoal's ops as calls that return a Work, then wait for it (as torch's\n"
       "                         backend does), instead of blocking calls (CallOptions::blocking)\n"
+      "  --fresh                rewrite every cache line of each rank's input (with the value it holds) before\n"
+      "                         each timed op, for shoal and the peers alike (the time includes it): as a\n"
+      "                         training step makes new data, a rank that reads a peer's input then fetches\n"
+      "                         it from that peer's cache, not from its own copy of an unchanged buffer\n"
       "  --resources            after the run, print what a rank cost: the Communicator's construction\n"
       "                         time, RSS, /dev/shm reserved and mapped, open file descriptors\n"
       "  --iters N              timed iterations per size (default adaptive: ~0.2 s, 3..100000)\n"
@@ -168,6 +172,8 @@ Config parse_args(const std::vector<std::string>& args) {
       c.floors = true;
     } else if (a == "--queued") {
       c.queued = true;
+    } else if (a == "--fresh") {
+      c.fresh = true;
     } else if (a == "--resources") {
       c.resources = true;
     } else if (a == "--json") {

@@ -45,6 +45,7 @@ struct Config {
   std::string json_path;
   bool floors = false;  // measure the machine's limits first and print each row against them
   bool queued = false;  // shoal's ops return a Work waited for at once, instead of blocking calls
+  bool fresh = false;   // every line of the input rewritten before each timed op (worker.cpp)
   bool resources = false;  // print what a rank costs: init time, memory, /dev/shm, fds (resources.cpp)
   int iters = 0;    // 0 = adaptive
   int warmup = -1;  // -1 = by size (5 below 8 MiB, 2 from there)

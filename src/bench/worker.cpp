@@ -223,7 +223,8 @@ class Printer {
     else
       std::printf("# timing: adaptive iterations per size (~0.2 s for the fastest backend, at most ~2 s for the "
                   "slowest, 3..100000)");
-    std::printf(", same count for every backend; time = max over ranks of the per-rank average\n");
+    std::printf(", same count for every backend; time = max over ranks of the per-rank average%s\n",
+                cfg_.fresh ? "; each op after a rewrite of every cache line of the input (--fresh), in the time" : "");
     std::printf("# busbw = algbw * %s (nccl-tests)\n", busbw_text().c_str());
     for (size_t b = 1; b < be_.names.size(); ++b) std::printf("# %s\n", be_.lines[b].c_str());
     for (const auto& n : be_.notes) std::printf("# %s\n", n.c_str());
@@ -339,6 +340,15 @@ class Printer {
   int p_ = 1;
 };
 
+// --fresh: each cache line of `b` stored to (its first byte, unchanged), so that the line is
+// modified in this rank's cache and invalid in every other, as after a producer wrote new data.
+void rewrite_lines(const Buffer& b) {
+  for (size_t i = 0; i < b.size(); i += 64) {
+    volatile uint8_t* q = b.data() + i;
+    *q = *q;
+  }
+}
+
 // Fields per backend: shoal_us, shoal_algbw, shoal_busbw, shoal_error; for each peer X: X_us,
 // X_busbw, X_error, X_ratio (X_us / shoal_us), and "ratio" for gloo's (the field's first meaning).
 void write_json(const Config& cfg, int p, const std::string& transport_used, const Backends& be,
@@ -354,6 +364,7 @@ void write_json(const Config& cfg, int p, const std::string& transport_used, con
   f << "  \"transport\": \"" << json_escape(cfg.transport) << "\",\n";
   f << "  \"transport_used\": \"" << json_escape(transport_used) << "\",\n";
   f << "  \"algo\": \"" << json_escape(cfg.algo_str) << "\",\n";
+  f << "  \"fresh\": " << (cfg.fresh ? "true" : "false") << ",\n";
   f << "  \"machine\": {\"nproc\": " << machine_nproc() << ", \"model\": \"" << json_escape(machine_model()) << "\"},\n";
   if (floors)
     f << "  \"floors\": {\"memory_bw_GBps\": " << json_num(floors->bw_bytes_per_s / 1e9)
@@ -573,7 +584,10 @@ int worker_main(const Config& cfg) {
       try {
         P.runner->barrier();
         double t0 = now_s();
-        for (int i = 0; i < row.iters; ++i) P.runner->run(spec, buf);
+        for (int i = 0; i < row.iters; ++i) {
+          if (cfg.fresh) rewrite_lines(buf.in);
+          P.runner->run(spec, buf);
+        }
         double t1 = now_s();
         P.avg = (t1 - t0) / row.iters;
       } catch (const std::exception& e) {
