@@ -22,6 +22,7 @@
 #include <map>
 #include <sstream>
 #include <stdexcept>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -202,6 +203,29 @@ std::string expect_kind(const std::string& kind, const std::function<void()>& f)
 
 // Whether `msg` names rank `r` ("rank 2", "peer 2", "rank=2", "peer #2", case-insensitive).
 bool names_rank(const std::string& msg, int r);
+
+// ---- The environment ---------------------------------------------------------------------------
+
+// Sets (or, with null, unsets) an environment variable of this process for its lifetime, then
+// puts back what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
+    else unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
 
 // ---- Buffers with guard zones ------------------------------------------------------------------
 

@@ -76,7 +76,9 @@ TEST(ErrorsApi, OptionsFromEnv) {
   EXPECT_EQ(Options::from_env({}).tcp_notsent_lowat, 0);
   ::setenv("SHOAL_TCP_NOTSENT_LOWAT", "131072", 1);
   EXPECT_EQ(Options::from_env({}).tcp_notsent_lowat, 131072);
-  for (const char* bad : {"-1", "16k", "x", "2147483648"}) {
+  ::setenv("SHOAL_TCP_NOTSENT_LOWAT", "16k", 1);  // bytes take K, M, G
+  EXPECT_EQ(Options::from_env({}).tcp_notsent_lowat, 16384);
+  for (const char* bad : {"-1", "16kb", "x", "2147483648", "2G"}) {
     ::setenv("SHOAL_TCP_NOTSENT_LOWAT", bad, 1);
     EXPECT_THROW(Options::from_env({}), InvalidArgument) << bad;
   }

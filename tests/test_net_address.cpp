@@ -6,24 +6,16 @@
 #include <cstdlib>
 #include <string>
 
+#include "harness.h"
 #include "shoal/error.h"
 #include "transport/net_address.h"
 
 using namespace shoal;
+using shoal_test::ScopedEnv;
 
 namespace {
 
 // Sets (or unsets) a variable for a scope; restores what was there.
-struct ScopedEnv {
-  std::string name;
-  bool had;
-  std::string old;
-  ScopedEnv(const char* n, const char* v) : name(n), had(std::getenv(n) != nullptr), old(had ? std::getenv(n) : "") {
-    v ? setenv(n, v, 1) : unsetenv(n);
-  }
-  ~ScopedEnv() { had ? setenv(name.c_str(), old.c_str(), 1) : unsetenv(name.c_str()); }
-};
-
 TEST(NetAddress, IfnameSyntaxIsNccls) {
   struct Case {
     const char* spec;

@@ -53,10 +53,10 @@ TEST(SingleCopy, ProbeAgreesWithTheKernel) {
 }
 
 TEST(SingleCopy, BadValueIsAnError) {
-  RunResult res = run_ranks_outcomes(2, with_cma("shm", "yes"), [](Communicator&) {});
+  RunResult res = run_ranks_outcomes(2, with_cma("shm", "2"), [](Communicator&) {});
   for (auto& r : res.ranks) {
     EXPECT_EQ(r.error_kind, "setup") << r.describe();
-    EXPECT_NE(r.message.find("SHOAL_CMA=yes: expected 0 or 1"), std::string::npos) << r.describe();
+    EXPECT_NE(r.message.find("SHOAL_CMA='2': expected 0 or 1"), std::string::npos) << r.describe();
   }
 }
 

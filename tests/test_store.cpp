@@ -17,11 +17,13 @@
 
 #include <gtest/gtest.h>
 
+#include "harness.h"
 #include "shoal/error.h"
 #include "shoal/store.h"
 #include "store_frames.h"
 
 using namespace std::chrono_literals;
+using shoal_test::ScopedEnv;
 using shoal::Bytes;
 using shoal::Millis;
 using Clock = std::chrono::steady_clock;
@@ -78,23 +80,6 @@ int run_children(int n, const std::function<void(int)>& fn) {
   }
   return failed;
 }
-
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
-    else unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
 
 // ---------------------------------------------------------------------------------------------
 // The same behaviour from every store kind.

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "core/params.h"
 #include "shoal/communicator.h"
 #include "shoal/error.h"
 
@@ -89,10 +90,10 @@ shoal_result shoal_comm_create_from_env(int64_t timeout_ms, shoal_comm** out) {
   return guard([&] {
     if (!out) throw shoal::InvalidArgument("shoal_comm_create_from_env: null output pointer");
     *out = nullptr;
-    const char* r = std::getenv("SHOAL_RANK");
-    const char* n = std::getenv("SHOAL_WORLD_SIZE");
+    const auto n = shoal::params::integer("SHOAL_WORLD_SIZE", 1, 1 << 24);
+    const auto r = n ? shoal::params::integer("SHOAL_RANK", 0, *n - 1) : std::nullopt;
     if (!r || !n) throw shoal::InvalidArgument("SHOAL_RANK and SHOAL_WORLD_SIZE must be set (docs/launch.md)");
-    const int rank = std::atoi(r), size = std::atoi(n);
+    const int rank = static_cast<int>(*r), size = static_cast<int>(*n);
     shoal::Options opts = shoal::Options::from_env({});
     if (timeout_ms > 0) opts.timeout = std::chrono::milliseconds(timeout_ms);
     auto c = std::make_unique<shoal_comm>();

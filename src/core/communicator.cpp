@@ -19,6 +19,7 @@
 #include "core/context.h"
 #include "core/engine.h"
 #include "core/log.h"
+#include "core/params.h"
 #include "core/rendezvous.h"
 #include "core/ring.h"
 #include "core/scratch.h"
@@ -48,9 +49,27 @@ uint64_t mix(uint64_t h, uint64_t v) {
   return h ^ (h >> 33);
 }
 
+// Once per process, at the first group: the SHOAL_* settings in effect (info), and variables that
+// look like a misspelt one (warn: a typo otherwise goes unnoticed).
+void log_settings_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const std::string& t : params::probable_typos())
+      SHOAL_LOG(warn, "%s is set but is not a shoal setting (`shoal-run --settings` lists them)", t.c_str());
+    if (log_level() < LogLevel::info) return;
+    std::string set;
+    for (const std::string& s : params::set_in_environment()) set += " " + s;
+    SHOAL_LOG(info, "settings:%s", set.empty() ? " all defaults" : set.c_str());
+  });
+}
+
 Algo env_algo() {
-  const char* s = std::getenv("SHOAL_ALGO");
-  return s && *s ? parse_algo(s) : Algo::automatic;
+  const auto s = params::text("SHOAL_ALGO");
+  try {
+    return s ? parse_algo(*s) : Algo::automatic;
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument("SHOAL_ALGO='" + *s + "': " + e.what());
+  }
 }
 
 }  // namespace
@@ -257,6 +276,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
     throw InvalidArgument("Communicator: rank " + std::to_string(rank) + " is out of range for size " + std::to_string(size));
   if (!store) throw InvalidArgument("Communicator: store is null");
   set_log_rank(rank);
+  log_settings_once();
   m.opts = opts;
   m.rank = rank;
   m.size = size;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/log.h"
+#include "core/params.h"
 #include "shoal/error.h"
 #include "transport/futex.h"
 #include "transport/shm_segment.h"
@@ -31,7 +32,7 @@ constexpr size_t kBulkBytes = size_t(1) << 20;
 // few polls of the wait's first rounds; BENCHMARKS.md, "Waiting when ranks outnumber cores").
 // SHOAL_SPIN_US overrides.
 std::chrono::microseconds spin_time(int size) {
-  if (const char* s = std::getenv("SHOAL_SPIN_US"); s && *s) return std::chrono::microseconds(std::atoi(s));
+  if (auto us = params::integer("SHOAL_SPIN_US", 0, 10'000'000)) return std::chrono::microseconds(*us);
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   return std::chrono::microseconds(static_cast<unsigned>(size) <= cores ? 50 : 0);
 }
@@ -39,7 +40,7 @@ std::chrono::microseconds spin_time(int size) {
 // After polling, a waiter whose group has more ranks than cores yields its core for a while
 // before it sleeps (SHOAL_YIELD_US overrides).
 std::chrono::microseconds yield_time(int size) {
-  if (const char* s = std::getenv("SHOAL_YIELD_US"); s && *s) return std::chrono::microseconds(std::atoi(s));
+  if (auto us = params::integer("SHOAL_YIELD_US", 0, 10'000'000)) return std::chrono::microseconds(*us);
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   return std::chrono::microseconds(static_cast<unsigned>(size) <= cores ? 0 : 1000);
 }

@@ -4,20 +4,29 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <optional>
+#include <string>
+
+#include "core/params.h"
 
 namespace shoal {
 namespace {
 std::atomic<int> g_rank{-1};
 
 LogLevel parse_level() {
-  const char* s = std::getenv("SHOAL_LOG");
-  if (!s) return LogLevel::warn;
-  if (!std::strcmp(s, "error")) return LogLevel::error;
-  if (!std::strcmp(s, "info")) return LogLevel::info;
-  if (!std::strcmp(s, "debug")) return LogLevel::debug;
-  if (!std::strcmp(s, "trace")) return LogLevel::trace;
-  return LogLevel::warn;
+  std::optional<std::string> s;
+  try {
+    s = params::choice("SHOAL_LOG", {"error", "warn", "info", "debug", "trace"});
+  } catch (const std::exception& e) {  // logging goes on, at its default level
+    std::fprintf(stderr, "shoal: %s; logging at warn\n", e.what());
+  }
+  if (!s || *s == "warn") return LogLevel::warn;
+  if (*s == "error") return LogLevel::error;
+  if (*s == "info") return LogLevel::info;
+  if (*s == "debug") return LogLevel::debug;
+  return LogLevel::trace;
 }
 const char* level_name(LogLevel l) {
   static const char* names[] = {"error", "warn", "info", "debug", "trace"};

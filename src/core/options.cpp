@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/params.h"
 #include "shoal/communicator.h"
 #include "shoal/error.h"
 
@@ -27,34 +28,13 @@ Algo parse_algo(const std::string& s) {
 }
 
 Options Options::from_env(Options o) {
-  if (const char* t = std::getenv("SHOAL_TRANSPORT"); t && *t) {
-    if (!std::strcmp(t, "tcp")) o.transport = TransportKind::tcp;
-    else if (!std::strcmp(t, "shm")) o.transport = TransportKind::shm;
-    else if (!std::strcmp(t, "auto")) o.transport = TransportKind::automatic;
-    else throw InvalidArgument(std::string("SHOAL_TRANSPORT=") + t + ": expected auto, shm or tcp");
-  }
-  if (const char* t = std::getenv("SHOAL_TIMEOUT"); t && *t) {
-    double secs = std::atof(t);
-    if (secs <= 0) throw InvalidArgument(std::string("SHOAL_TIMEOUT=") + t + ": expected seconds > 0");
-    o.timeout = std::chrono::milliseconds(static_cast<long long>(secs * 1000));
-  }
-  if (const char* t = std::getenv("SHOAL_TCP_STREAMS"); t && *t) {
-    int n = std::atoi(t);
-    if (n < 1 || n > 64) throw InvalidArgument(std::string("SHOAL_TCP_STREAMS=") + t + ": expected 1..64");
-    o.tcp_streams = n;
-  }
-  if (const char* t = std::getenv("SHOAL_TCP_NOTSENT_LOWAT"); t && *t) {
-    char* end = nullptr;
-    long n = std::strtol(t, &end, 10);
-    if (*end || n < 0 || n > (1L << 30))
-      throw InvalidArgument(std::string("SHOAL_TCP_NOTSENT_LOWAT=") + t + ": expected bytes, 0..2^30 (0 = no limit)");
-    o.tcp_notsent_lowat = static_cast<int>(n);
-  }
-  if (const char* t = std::getenv("SHOAL_CMA"); t && *t) {
-    if (!std::strcmp(t, "0")) o.single_copy = false;
-    else if (!std::strcmp(t, "1")) o.single_copy = true;
-    else throw InvalidArgument(std::string("SHOAL_CMA=") + t + ": expected 0 or 1");
-  }
+  if (auto t = params::choice("SHOAL_TRANSPORT", {"auto", "shm", "tcp"}))
+    o.transport = *t == "tcp" ? TransportKind::tcp : *t == "shm" ? TransportKind::shm : TransportKind::automatic;
+  if (auto secs = params::seconds("SHOAL_TIMEOUT", 0.001, 1e9))
+    o.timeout = std::chrono::milliseconds(static_cast<long long>(*secs * 1000));
+  if (auto n = params::integer("SHOAL_TCP_STREAMS", 1, 64)) o.tcp_streams = static_cast<int>(*n);
+  if (auto n = params::bytes("SHOAL_TCP_NOTSENT_LOWAT", 0, uint64_t(1) << 30)) o.tcp_notsent_lowat = static_cast<int>(*n);
+  if (auto on = params::flag("SHOAL_CMA")) o.single_copy = *on;
   return o;
 }
 

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/log.h"
+#include "core/params.h"
 #include "shoal/error.h"
 #include "transport/cma.h"
 #include "transport/fd_limit.h"
@@ -67,7 +68,7 @@ std::string namespace_of(const char* kind) {
 }
 
 std::string host_identity() {
-  if (const char* id = std::getenv("SHOAL_HOST_ID"); id && *id) return std::string("id:") + id;
+  if (auto id = params::text("SHOAL_HOST_ID")) return "id:" + *id;
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   return std::string(host) + "/" + boot_id() + "/" + namespace_of("pid");
@@ -76,12 +77,6 @@ std::string host_identity() {
 // Boot id and network namespace: ranks that agree on both reach each other over loopback, whatever
 // SHOAL_HOST_ID says (it simulates hosts; the network is still one).
 std::string network_identity() { return boot_id() + "/" + namespace_of("net"); }
-
-size_t env_size(const char* name, size_t def) {
-  const char* s = std::getenv(name);
-  if (!s || !*s) return def;
-  return static_cast<size_t>(std::strtoull(s, nullptr, 10));
-}
 
 size_t pow2_at_least(size_t v) {
   size_t p = 4096;
@@ -258,6 +253,15 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
       setup_error = e.what();
     }
   }
+  uint64_t ring_set = 0, scratch = 16 << 20;  // ring 0: by the host's ranks (default_ring_bytes)
+  if (setup_error.empty()) {
+    try {
+      ring_set = params::bytes("SHOAL_SHM_RING", 1, uint64_t(1) << 30).value_or(0);
+      scratch = params::bytes("SHOAL_SHM_SCRATCH", 256 << 10, uint64_t(4) << 30).value_or(scratch);
+    } catch (const Error& e) {
+      setup_error = e.what();
+    }
+  }
 
   std::vector<bool> shm_pair(size, false);
   bool any_shm = false;  // some pair of ranks in the group uses shm (the same answer on every rank)
@@ -268,10 +272,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
     uint64_t nonce;
     random_bytes(reinterpret_cast<uint8_t*>(&nonce), sizeof nonce);
     const int slots = static_cast<int>(local.size());
-    const size_t ring = std::getenv("SHOAL_SHM_RING") && *std::getenv("SHOAL_SHM_RING")
-                            ? pow2_at_least(env_size("SHOAL_SHM_RING", 1 << 20))
-                            : default_ring_bytes(slots);
-    const size_t scratch = env_size("SHOAL_SHM_SCRATCH", 16 << 20);
+    const size_t ring = ring_set ? pow2_at_least(ring_set) : default_ring_bytes(slots);
     const std::string name = ShmSegment::make_name(getpid(), short_id, rank);
     // A rank that cannot make its segment says so to the others before it fails, so that they
     // fail at once with its reason rather than wait for it until the timeout.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/log.h"
+#include "core/params.h"
 #include "reduce/kernels.h"
 #include "shoal/error.h"
 
@@ -65,7 +66,8 @@ const KernelTable* table_for(SimdLevel l) {
 }
 
 const KernelTable* select_from_env() {
-  const char* env = std::getenv("SHOAL_SIMD");
+  const std::string set = params::text("SHOAL_SIMD").value_or("");
+  const char* env = set.empty() ? nullptr : set.c_str();
   const SimdLevel cpu = cpu_max_level();
   bool recognised = true;
   const SimdLevel level = level_for_env(env, cpu, &recognised);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/log.h"
+#include "core/params.h"
 #include "shoal/error.h"
 #include "shoal/store.h"
 
@@ -29,9 +30,9 @@ uint16_t parse_port(const std::string& s, const std::string& value) {
 }  // namespace
 
 std::shared_ptr<Store> store_from_env(int rank, Millis timeout) {
-  const char* env = std::getenv("SHOAL_STORE");
-  if (!env || !*env) throw InvalidArgument(std::string("SHOAL_STORE is not set: ") + kContract);
-  std::string value = env;
+  const auto env = params::text("SHOAL_STORE");
+  if (!env) throw InvalidArgument(std::string("SHOAL_STORE is not set: ") + kContract);
+  std::string value = *env;
   if (value.find('/') != std::string::npos) {
     SHOAL_LOG(debug, "store: file store %s", value.c_str());
     return std::make_shared<FileStore>(value);
@@ -55,15 +56,7 @@ std::shared_ptr<Store> store_from_env(int rank, Millis timeout) {
   }
   uint16_t port = parse_port(port_s, value);
 
-  bool serve = rank == 0;
-  if (const char* s = std::getenv("SHOAL_STORE_SERVER")) {
-    std::string v = s;
-    if (v == "0" || v == "false" || v == "no") {
-      serve = false;
-    } else if (!(v.empty() || v == "1" || v == "true" || v == "yes")) {
-      throw InvalidArgument("SHOAL_STORE_SERVER='" + v + "': expected 0 or 1");
-    }
-  }
+  const bool serve = rank == 0 && params::flag("SHOAL_STORE_SERVER").value_or(true);
   if (rank < 0) throw InvalidArgument("store_from_env: negative rank " + std::to_string(rank));
   SHOAL_LOG(debug, "store: TCP store %s:%u%s", host.c_str(), port, serve ? " (serving it)" : "");
   return std::make_shared<TcpStore>(host, port, serve, timeout);

@@ -45,6 +45,7 @@
 
 #include "core/log.h"
 #include "core/le32.h"
+#include "core/params.h"
 #include "store/quote_keys.h"
 #include "store/store_request.h"
 #include "shoal/error.h"
@@ -73,23 +74,20 @@ constexpr Millis kServerLinger{5000};       // how long a serving TcpStore's des
 // frame of the 64 MiB maximum through at 2.3 MB/s.
 constexpr Millis kStallTimeout{30000};
 
-// Seconds from the environment variable `name` (0..3600), or `dflt` when unset or invalid.
+// Seconds from the environment variable `name` (0..3600), or `dflt` when unset or invalid: a
+// server thread (or a client's destructor) has no caller to tell, so a bad value is a warning.
 Millis env_seconds(const char* name, Millis dflt) {
-  const char* s = std::getenv(name);
-  if (!s || !*s) return dflt;
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  if (*end || !(v >= 0) || v > 3600) {
-    SHOAL_LOG(warn, "%s='%s' is not a number of seconds (0..3600): using %lld ms", name, s, (long long)dflt.count());
-    return dflt;
+  try {
+    if (auto v = params::seconds(name, 0, 3600)) return Millis(static_cast<int64_t>(*v * 1000));
+  } catch (const InvalidArgument& e) {
+    SHOAL_LOG(warn, "%s: using %lld ms", e.what(), (long long)dflt.count());
   }
-  return Millis(static_cast<int64_t>(v * 1000));
+  return dflt;
 }
 // SHOAL_STORE_TOKEN: what a client presents in its HELLO and what a server requires ("" = none).
 // Longer ones are cut to kMaxToken bytes, the same way on both sides.
 std::string store_token() {
-  const char* t = std::getenv("SHOAL_STORE_TOKEN");
-  return t ? std::string(t).substr(0, kMaxToken) : std::string();
+  return params::text("SHOAL_STORE_TOKEN").value_or("").substr(0, kMaxToken);
 }
 // Compares in time independent of where the tokens differ.
 bool same_token(const std::string& a, const std::string& b) {

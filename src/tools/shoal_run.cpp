@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "core/params.h"
 #include "shoal/error.h"
 
 extern char** environ;
@@ -73,6 +74,7 @@ const char* kUsage =
     "  --store host:port    use an external store (e.g. shoal-store) instead of serving one on\n"
     "                       127.0.0.1; use it to run the ranks of one job on several hosts\n"
     "  --help               this text\n"
+    "  --settings           every SHOAL_* variable shoal reads: meaning and default (a markdown table)\n"
     "\n"
     "SIGINT/SIGTERM/SIGHUP are forwarded to the ranks. When a rank fails, the others get\n"
     "SHOAL_RUN_GRACE seconds (default 10) to exit before they are killed. The exit status is\n"
@@ -131,6 +133,9 @@ int main(int argc, char** argv) {
     } else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
+    } else if (a == "--settings") {
+      std::fputs(shoal::params::markdown_table().c_str(), stdout);
+      return 0;
     } else if (a == "-n" || a == "--np") {
       if (i + 1 >= argc || !parse_int(argv[i + 1], 1, 65536, &n)) return usage_error("-n needs a number of ranks >= 1");
       ++i;
@@ -158,13 +163,11 @@ int main(int argc, char** argv) {
     }
   }
   double grace_s = 10;
-  if (const char* g = std::getenv("SHOAL_RUN_GRACE")) {
-    char* end = nullptr;
-    grace_s = std::strtod(g, &end);
-    if (!*g || *end || !(grace_s >= 0) || grace_s > 1e6) {
-      std::fprintf(stderr, "shoal-run: SHOAL_RUN_GRACE='%s' is not a number of seconds\n", g);
-      return 2;
-    }
+  try {
+    grace_s = shoal::params::seconds("SHOAL_RUN_GRACE", 0, 1e6).value_or(grace_s);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shoal-run: %s\n", e.what());
+    return 2;
   }
   const auto grace = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_s));
 
@@ -179,8 +182,7 @@ int main(int argc, char** argv) {
   if (store.empty()) {
     // A token for the store served here, so that no other local user's process can use it
     // (unless the caller chose one): the server requires it, the ranks inherit it.
-    const char* t = std::getenv("SHOAL_STORE_TOKEN");
-    if (!t || !*t) {
+    if (!shoal::params::text("SHOAL_STORE_TOKEN")) {
       std::string tok = random_token();
       if (tok.empty()) {
         std::fprintf(stderr, "shoal-run: cannot read /dev/urandom for the store's token\n");

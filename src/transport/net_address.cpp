@@ -10,15 +10,13 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "core/params.h"
 #include "shoal/error.h"
 
 namespace shoal {
 namespace {
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
+std::string env(const char* name) { return params::text(name).value_or(""); }
 
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
@@ -46,11 +44,8 @@ std::string numeric_host(const sockaddr* sa) {
 
 // The preferred family: 0 (IPv4 first, then IPv6), AF_INET or AF_INET6.
 int family_preference() {
-  const std::string f = env("SHOAL_SOCKET_FAMILY");
-  if (f.empty()) return 0;
-  if (f == "AF_INET") return AF_INET;
-  if (f == "AF_INET6") return AF_INET6;
-  throw InvalidArgument("SHOAL_SOCKET_FAMILY=" + f + ": expected AF_INET or AF_INET6");
+  const auto f = params::choice("SHOAL_SOCKET_FAMILY", {"AF_INET", "AF_INET6"});
+  return !f ? 0 : *f == "AF_INET" ? AF_INET : AF_INET6;
 }
 
 // The first address of an interface `spec` admits, in the preferred family's order; "" if none.

@@ -1,0 +1,235 @@
+#include "core/params.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "shoal/error.h"
+
+extern char** environ;
+
+namespace shoal::params {
+namespace {
+
+const std::vector<Param> kParams = {
+    {"SHOAL_RANK", "this process's rank in the group: the launch contract (`docs/launch.md`)", ""},
+    {"SHOAL_WORLD_SIZE", "the number of ranks in the group (`docs/launch.md`)", ""},
+    {"SHOAL_STORE", "where the ranks meet: `host:port` of a TCP store, or a path of a file store (`docs/launch.md`)", ""},
+    {"SHOAL_STORE_SERVER",
+     "`0`: rank 0 does not serve the TCP store at `SHOAL_STORE` but connects to it, as every other rank does "
+     "(another process serves it: `shoal-store`, `shoal-run`; `docs/launch.md`)",
+     "`1`: rank 0 serves it"},
+    {"SHOAL_STORE_TOKEN",
+     "a token the TCP store requires of every client (set the same for the server and every rank; `docs/launch.md`)",
+     "none; `shoal-run` makes one up for the store it serves"},
+    {"SHOAL_STORE_LINGER",
+     "seconds the rank serving the TCP store keeps serving after its own communicator is gone, while other "
+     "clients are still connected (0: stop at once)",
+     "5"},
+    {"SHOAL_STORE_STALL_TIMEOUT",
+     "seconds the TCP store waits for the rest of a request a client has started before it drops the connection",
+     "30"},
+    {"SHOAL_TRANSPORT",
+     "`auto`, `shm` (fail if a peer is not on this host) or `tcp` (TCP even between local peers)", "`auto`"},
+    {"SHOAL_ALGO",
+     "force an algorithm where the op has it (`ring`, `bde`, `mst`, `direct`, `rd`, `scatter_allgather`, `linear`, "
+     "`hier`)",
+     "automatic"},
+    {"SHOAL_TIMEOUT", "deadline of every op, seconds", "300"},
+    {"SHOAL_TCP_STREAMS",
+     "TCP data connections per peer (large messages are striped over them), besides the one control connection "
+     "that carries flow control; set, it applies to every peer",
+     "4 to a peer on another host, 1 to one on this host (`src/transport/tcp_link.h`)"},
+    {"SHOAL_TCP_NOTSENT_LOWAT",
+     "bytes of not-yet-sent data each TCP socket may queue in the kernel (`TCP_NOTSENT_LOWAT`; 0 = no limit, the "
+     "kernel's default). Small keeps the copies in cache across hosts; it does not limit the window "
+     "(`docs/multihost.md`); set, it applies to every peer",
+     "16384 to a peer on another host, 0 to one on this host"},
+    {"SHOAL_HOST", "address (or name) this rank advertises for TCP; wins over `SHOAL_SOCKET_IFNAME`",
+     "the address that reaches the store, unless that is loopback and a peer is on another host: then the first "
+     "interface `^docker,lo` admits"},
+    {"SHOAL_SOCKET_IFNAME",
+     "the interface whose address this rank advertises for TCP, in NCCL's syntax: name prefixes `eth,ib`, exact "
+     "names `=eth0`, exclusions `^docker,lo` or `^=eth1` (`docs/deploy.md`)",
+     "unset (the rule above)"},
+    {"SHOAL_SOCKET_FAMILY", "`AF_INET` or `AF_INET6`: which of an interface's addresses to advertise",
+     "IPv4 first, then IPv6"},
+    {"SHOAL_HOST_ID",
+     "for tests: this rank's host identity; ranks with different ids act as on different hosts (TCP between them, "
+     "hierarchical algorithms)",
+     "hostname + boot id + PID namespace"},
+    {"SHOAL_SHM_RING",
+     "bytes of each shared-memory ring (one per other rank of the host; suffixes K, M, G), rounded up to a power "
+     "of two. A rank reserves its whole segment in `/dev/shm` when the group is made: too little room there is "
+     "an error then, saying how much is needed and free",
+     "1 MiB up to 9 ranks on a host, then smaller (8 MiB of rings per rank, at least 64 KiB each)"},
+    {"SHOAL_SHM_SCRATCH",
+     "bytes of each rank's shared-memory scratch area, through which the direct algorithms move data (suffixes K, "
+     "M, G; at least 256 KiB)",
+     "16 MiB"},
+    {"SHOAL_CMA",
+     "`0`: ranks on one host never copy straight between each other's buffers (Linux cross-memory attach, "
+     "`process_vm_readv`/`writev`, as Open MPI's CMA), and every transfer takes two copies through shared memory. "
+     "With `1` a group probes, when it forms, whether the kernel lets every rank read every other's memory (the "
+     "same user, Yama's `ptrace_scope` 0, no seccomp profile forbidding it: containers often do) and uses single "
+     "copy for large gathers and scatters, and for alltoall's medium blocks where every rank has a core of its "
+     "own, only if it does (`Communicator::single_copy()`; `BENCHMARKS.md`, \"Single-copy transfers\")",
+     "`1`"},
+    {"SHOAL_SPIN_US", "how long a waiter polls before it sleeps (futex/epoll), µs", "50, 0 when ranks outnumber cores"},
+    {"SHOAL_YIELD_US",
+     "after polling, how long a waiter yields its core (`sched_yield`) before it sleeps, µs, so a peer queued "
+     "behind it on the core runs at once. Not for a wait that only sends, or only receives, ≥ 1 MiB over TCP: "
+     "that one sleeps on epoll at once (`BENCHMARKS.md`, \"Waiting for one-way TCP transfers\")",
+     "1000 when ranks outnumber cores, else 0"},
+    {"SHOAL_SIMD", "force the reduction kernels: `scalar`, `avx2`, `avx512` (`auto`: the best the CPU has)",
+     "the best the CPU has"},
+    {"SHOAL_LOG", "`error`, `warn`, `info`, `debug`, `trace` (stderr, one line per event, rank prefixed); `info` "
+                  "also prints the `SHOAL_*` settings in effect when a group forms",
+     "`warn`"},
+    {"SHOAL_RUN_GRACE",
+     "`shoal-run`: seconds the other ranks get to exit after one failed, before they are killed", "10"},
+    {"SHOAL_RDT_POOL_BYTES", "idle receive buffers the Ray direct transport keeps for reuse, bytes (0 = none)",
+     "1 GiB"},
+    {"SHOAL_RAY_AUTOLOAD",
+     "`0`: the wheel's startup hook does not register shoal with Ray (then `import shoal` in the driver and each "
+     "actor does; `docs/ray.md`)",
+     "on"},
+};
+
+const Param& find(const char* name) {
+  for (const Param& p : kParams)
+    if (!std::strcmp(p.name, name)) return p;
+  throw Error(std::string("internal error: ") + name + " is not a registered setting (src/core/params.cpp)");
+}
+
+[[noreturn]] void bad(const char* name, const std::string& value, const std::string& expected) {
+  throw InvalidArgument(std::string(name) + "='" + value + "': expected " + expected);
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+const std::vector<Param>& all() { return kParams; }
+
+std::optional<std::string> text(const char* name) {
+  find(name);
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  return std::string(v);
+}
+
+std::optional<std::string> choice(const char* name, std::initializer_list<const char*> allowed) {
+  auto v = text(name);
+  if (!v) return v;
+  std::string list;
+  for (const char* a : allowed) {
+    if (*v == a) return v;
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  bad(name, *v, "one of " + list);
+}
+
+std::optional<long long> integer(const char* name, long long lo, long long hi) {
+  auto v = text(name);
+  if (!v) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(v->c_str(), &end, 10);
+  if (*end || errno || n < lo || n > hi) bad(name, *v, "an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
+  return n;
+}
+
+std::optional<uint64_t> bytes(const char* name, uint64_t lo, uint64_t hi) {
+  auto v = text(name);
+  if (!v) return std::nullopt;
+  const std::string expected = "bytes from " + std::to_string(lo) + " to " + std::to_string(hi) + " (suffixes K, M, G)";
+  char* end = nullptr;
+  errno = 0;
+  if ((*v)[0] == '-') bad(name, *v, expected);
+  uint64_t n = std::strtoull(v->c_str(), &end, 10);
+  if (end == v->c_str() || errno) bad(name, *v, expected);
+  int shift = 0;
+  if (*end == 'K' || *end == 'k') shift = 10;
+  if (*end == 'M' || *end == 'm') shift = 20;
+  if (*end == 'G' || *end == 'g') shift = 30;
+  if (shift) ++end;
+  if (*end || n > (hi >> shift)) bad(name, *v, expected);
+  n <<= shift;
+  if (n < lo) bad(name, *v, expected);
+  return n;
+}
+
+std::optional<double> seconds(const char* name, double lo, double hi) {
+  auto v = text(name);
+  if (!v) return std::nullopt;
+  char* end = nullptr;
+  const double s = std::strtod(v->c_str(), &end);
+  char lo_s[32], hi_s[32];
+  std::snprintf(lo_s, sizeof lo_s, "%g", lo);
+  std::snprintf(hi_s, sizeof hi_s, "%g", hi);
+  if (*end || !std::isfinite(s) || s < lo || s > hi) bad(name, *v, std::string("seconds from ") + lo_s + " to " + hi_s);
+  return s;
+}
+
+std::optional<bool> flag(const char* name) {
+  auto v = text(name);
+  if (!v) return std::nullopt;
+  if (*v == "1" || *v == "true" || *v == "yes") return true;
+  if (*v == "0" || *v == "false" || *v == "no") return false;
+  bad(name, *v, "0 or 1");
+}
+
+std::string markdown_table() {
+  std::string t = "| variable | meaning | default |\n| --- | --- | --- |\n";
+  for (const Param& p : kParams) t += std::string("| `") + p.name + "` | " + p.meaning + " | " + p.fallback + " |\n";
+  return t;
+}
+
+std::vector<std::string> set_in_environment() {
+  std::vector<std::string> out;
+  for (const Param& p : kParams)
+    if (const char* v = std::getenv(p.name)) {
+      // The token is a secret: say that it is set, not what it is.
+      out.push_back(std::string(p.name) + "=" + (std::strcmp(p.name, "SHOAL_STORE_TOKEN") ? v : "(set)"));
+    }
+  return out;
+}
+
+std::vector<std::string> probable_typos() {
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (!eq || std::strncmp(*e, "SHOAL_", 6)) continue;
+    const std::string name(*e, static_cast<size_t>(eq - *e));
+    const Param* near = nullptr;
+    size_t best = 3;
+    for (const Param& p : kParams) {
+      const size_t d = edit_distance(name, p.name);
+      if (d == 0) {
+        near = nullptr;
+        break;
+      }
+      if (d < best) best = d, near = &p;
+    }
+    if (near) out.push_back(name + " (did you mean " + near->name + "?)");
+  }
+  return out;
+}
+
+}  // namespace shoal::params

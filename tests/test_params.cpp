@@ -1,0 +1,185 @@
+// The SHOAL_* settings (src/core/params.h): each reader takes what its variable may hold, turns
+// anything else into an InvalidArgument that names the variable, the value and what it takes,
+// and reads unset and empty alike; README.md's table is the registry's; the library reads the
+// environment through the registry alone; a misspelt variable is told apart from shoal's own
+// and from others; and a bad setting fails a group when it forms, on every rank.
+#include <dirent.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "core/params.h"
+#include "harness.h"
+
+using namespace shoal;
+using namespace shoal_test;
+
+namespace {
+
+// The message of the InvalidArgument f throws ("" if it throws none).
+template <class F>
+std::string invalid(F f) {
+  try {
+    f();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+TEST(Params, EachReaderTakesItsValuesAndNamesWhatItExpects) {
+  {
+    ScopedEnv e("SHOAL_TCP_STREAMS", nullptr);
+    EXPECT_FALSE(params::integer("SHOAL_TCP_STREAMS", 1, 64));
+  }
+  {
+    ScopedEnv e("SHOAL_TCP_STREAMS", "");  // empty reads as unset
+    EXPECT_FALSE(params::integer("SHOAL_TCP_STREAMS", 1, 64));
+  }
+  {
+    ScopedEnv e("SHOAL_TCP_STREAMS", "64");
+    EXPECT_EQ(params::integer("SHOAL_TCP_STREAMS", 1, 64), 64);
+  }
+  for (const char* v : {"0", "65", "4x", "x", "1.5", "99999999999999999999"}) {
+    ScopedEnv e("SHOAL_TCP_STREAMS", v);
+    EXPECT_EQ(invalid([] { params::integer("SHOAL_TCP_STREAMS", 1, 64); }),
+              "SHOAL_TCP_STREAMS='" + std::string(v) + "': expected an integer from 1 to 64");
+  }
+  struct {
+    const char* v;
+    uint64_t want;
+  } sizes[] = {{"262144", 262144}, {"256K", 262144}, {"16M", 16u << 20}, {"1g", 1u << 30}, {"4G", uint64_t(4) << 30}};
+  for (auto c : sizes) {
+    ScopedEnv e("SHOAL_SHM_SCRATCH", c.v);
+    EXPECT_EQ(params::bytes("SHOAL_SHM_SCRATCH", 256 << 10, uint64_t(4) << 30), c.want) << c.v;
+  }
+  for (const char* v : {"255K", "5G", "16MB", "-1", "M", "16 M", "18446744073709551616"}) {
+    ScopedEnv e("SHOAL_SHM_SCRATCH", v);
+    EXPECT_EQ(invalid([] { params::bytes("SHOAL_SHM_SCRATCH", 256 << 10, uint64_t(4) << 30); }),
+              "SHOAL_SHM_SCRATCH='" + std::string(v) + "': expected bytes from 262144 to 4294967296 (suffixes K, M, G)");
+  }
+  {
+    ScopedEnv e("SHOAL_TIMEOUT", "0.25");
+    EXPECT_EQ(params::seconds("SHOAL_TIMEOUT", 0.001, 1e9), 0.25);
+  }
+  for (const char* v : {"0", "-3", "ten", "nan", "inf", "5s"}) {
+    ScopedEnv e("SHOAL_TIMEOUT", v);
+    EXPECT_EQ(invalid([] { params::seconds("SHOAL_TIMEOUT", 0.001, 1e9); }),
+              "SHOAL_TIMEOUT='" + std::string(v) + "': expected seconds from 0.001 to 1e+09");
+  }
+  for (auto [v, want] : {std::pair{"1", true}, {"yes", true}, {"true", true}, {"0", false}, {"no", false}, {"false", false}}) {
+    ScopedEnv e("SHOAL_CMA", v);
+    EXPECT_EQ(params::flag("SHOAL_CMA"), want) << v;
+  }
+  {
+    ScopedEnv e("SHOAL_CMA", "2");
+    EXPECT_EQ(invalid([] { params::flag("SHOAL_CMA"); }), "SHOAL_CMA='2': expected 0 or 1");
+  }
+  {
+    ScopedEnv e("SHOAL_TRANSPORT", "shm");
+    EXPECT_EQ(params::choice("SHOAL_TRANSPORT", {"auto", "shm", "tcp"}), "shm");
+  }
+  {
+    ScopedEnv e("SHOAL_TRANSPORT", "SHM");
+    EXPECT_EQ(invalid([] { params::choice("SHOAL_TRANSPORT", {"auto", "shm", "tcp"}); }),
+              "SHOAL_TRANSPORT='SHM': expected one of auto, shm, tcp");
+  }
+  // A name missing from the table is shoal's own bug, not the user's input.
+  try {
+    params::text("SHOAL_NOT_A_SETTING");
+    ADD_FAILURE() << "an unregistered name was read";
+  } catch (const InvalidArgument& e) {
+    ADD_FAILURE() << "an unregistered name is not the user's error: " << e.what();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SHOAL_NOT_A_SETTING is not a registered setting"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Params, TheReadmeTableIsTheRegistry) {
+  const std::string readme = read_file(SHOAL_SOURCE_DIR "/README.md");
+  ASSERT_FALSE(readme.empty());
+  EXPECT_NE(readme.find(params::markdown_table()), std::string::npos)
+      << "README.md's configuration table is not `shoal-run --settings`; put this there:\n"
+      << params::markdown_table();
+  for (const auto& p : params::all()) {
+    EXPECT_EQ(std::string(p.name).rfind("SHOAL_", 0), 0u) << p.name;
+    EXPECT_GT(std::strlen(p.meaning), 10u) << p.name;
+  }
+}
+
+// Every getenv of a SHOAL_* variable in the library and its tools is params.cpp's: a value read
+// elsewhere would escape the table and its checks. (The benchmark reads its own launch variables.)
+TEST(Params, TheLibraryReadsSettingsThroughTheRegistryAlone) {
+  std::vector<std::string> offenders;
+  for (const char* dir : {"core", "store", "transport", "algo", "reduce", "capi", "tools"}) {
+    const std::string path = std::string(SHOAL_SOURCE_DIR) + "/src/" + dir;
+    DIR* d = opendir(path.c_str());
+    ASSERT_NE(d, nullptr) << path;
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name == "params.cpp" || name.size() < 3) continue;
+      const std::string text = read_file(path + "/" + name);
+      if (text.find("getenv(\"SHOAL_") != std::string::npos) offenders.push_back(std::string(dir) + "/" + name);
+    }
+    closedir(d);
+  }
+  EXPECT_TRUE(offenders.empty()) << "read SHOAL_* with std::getenv: " << join(offenders);
+}
+
+TEST(Params, AMisspeltSettingIsToldApart) {
+  ScopedEnv a("SHOAL_TIMOUT", "5"), b("SHOAL_TRANSPRT", "tcp"), c("SHOAL_TIMEOUT", "5"), d("SHOAL_TEST_SOMETHING", "1");
+  const auto typos = params::probable_typos();
+  EXPECT_EQ(std::count(typos.begin(), typos.end(), "SHOAL_TIMOUT (did you mean SHOAL_TIMEOUT?)"), 1) << join(typos);
+  EXPECT_EQ(std::count(typos.begin(), typos.end(), "SHOAL_TRANSPRT (did you mean SHOAL_TRANSPORT?)"), 1) << join(typos);
+  for (const auto& t : typos) {
+    EXPECT_EQ(t.rfind("SHOAL_TIMEOUT ", 0), std::string::npos) << "a setting of shoal's is no typo";
+    EXPECT_EQ(t.rfind("SHOAL_TEST_SOMETHING", 0), std::string::npos) << "nothing near it is shoal's";
+  }
+  const auto set = params::set_in_environment();
+  EXPECT_EQ(std::count(set.begin(), set.end(), "SHOAL_TIMEOUT=5"), 1) << join(set);
+  ScopedEnv t("SHOAL_STORE_TOKEN", "secret-42");
+  for (const auto& s : params::set_in_environment()) EXPECT_EQ(s.find("secret-42"), std::string::npos) << s;
+}
+
+// A bad setting read when a group forms fails it on every rank at once, naming the variable (the
+// shared-memory sizes are read where a rank's failure reaches its peers), and a size with a
+// suffix is taken.
+TEST(Params, ABadSettingFailsTheGroupOnEveryRank) {
+  for (auto [name, value] : {std::pair{"SHOAL_SHM_SCRATCH", "16MB"}, {"SHOAL_SPIN_US", "fast"}, {"SHOAL_ALGO", "fastest"}}) {
+    RunConfig cfg = transport_config("shm");
+    cfg.env.push_back({name, value});
+    cfg.options.timeout = std::chrono::seconds(30);
+    RunResult res = run_ranks_outcomes(3, cfg, [](Communicator&) {});
+    for (const auto& r : res.ranks) {
+      EXPECT_EQ(r.error_kind, "setup") << r.describe();
+      EXPECT_NE(r.message.find(std::string(name) + "='" + value + "'"), std::string::npos) << r.describe();
+      EXPECT_LT(r.total_seconds, 10) << "a rank waited for a peer that had failed: " << r.describe();
+    }
+  }
+  RunConfig cfg = transport_config("shm");
+  cfg.env.push_back({"SHOAL_SHM_SCRATCH", "2M"});
+  cfg.env.push_back({"SHOAL_SHM_RING", "64K"});
+  EXPECT_TRUE(run_ranks(3, cfg, [](Communicator& c) {
+    std::vector<float> x(300000, float(c.rank() + 1)), y(x.size());
+    c.allreduce(x.data(), y.data(), x.size(), DType::f32, ReduceOp::sum)->wait();
+    for (float v : y) SH_CHECK(v == 6.0f) << "allreduce gave " << v;
+  }));
+}
