@@ -90,8 +90,8 @@ shoal_result shoal_comm_create_from_env(int64_t timeout_ms, shoal_comm** out) {
   return guard([&] {
     if (!out) throw shoal::InvalidArgument("shoal_comm_create_from_env: null output pointer");
     *out = nullptr;
-    const auto n = shoal::params::integer("SHOAL_WORLD_SIZE", 1, 1 << 24);
-    const auto r = n ? shoal::params::integer("SHOAL_RANK", 0, *n - 1) : std::nullopt;
+    const auto n = shoal::params::integer("SHOAL_WORLD_SIZE");
+    const auto r = shoal::params::integer("SHOAL_RANK");
     if (!r || !n) throw shoal::InvalidArgument("SHOAL_RANK and SHOAL_WORLD_SIZE must be set (docs/launch.md)");
     const int rank = static_cast<int>(*r), size = static_cast<int>(*n);
     shoal::Options opts = shoal::Options::from_env({});

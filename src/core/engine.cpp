@@ -32,7 +32,7 @@ constexpr size_t kBulkBytes = size_t(1) << 20;
 // few polls of the wait's first rounds; BENCHMARKS.md, "Waiting when ranks outnumber cores").
 // SHOAL_SPIN_US overrides.
 std::chrono::microseconds spin_time(int size) {
-  if (auto us = params::integer("SHOAL_SPIN_US", 0, 10'000'000)) return std::chrono::microseconds(*us);
+  if (auto us = params::integer("SHOAL_SPIN_US")) return std::chrono::microseconds(*us);
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   return std::chrono::microseconds(static_cast<unsigned>(size) <= cores ? 50 : 0);
 }
@@ -40,7 +40,7 @@ std::chrono::microseconds spin_time(int size) {
 // After polling, a waiter whose group has more ranks than cores yields its core for a while
 // before it sleeps (SHOAL_YIELD_US overrides).
 std::chrono::microseconds yield_time(int size) {
-  if (auto us = params::integer("SHOAL_YIELD_US", 0, 10'000'000)) return std::chrono::microseconds(*us);
+  if (auto us = params::integer("SHOAL_YIELD_US")) return std::chrono::microseconds(*us);
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   return std::chrono::microseconds(static_cast<unsigned>(size) <= cores ? 0 : 1000);
 }

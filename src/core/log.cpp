@@ -18,7 +18,7 @@ std::atomic<int> g_rank{-1};
 LogLevel parse_level() {
   std::optional<std::string> s;
   try {
-    s = params::choice("SHOAL_LOG", {"error", "warn", "info", "debug", "trace"});
+    s = params::choice("SHOAL_LOG");
   } catch (const std::exception& e) {  // logging goes on, at its default level
     std::fprintf(stderr, "shoal: %s; logging at warn\n", e.what());
   }

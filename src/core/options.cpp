@@ -28,12 +28,12 @@ Algo parse_algo(const std::string& s) {
 }
 
 Options Options::from_env(Options o) {
-  if (auto t = params::choice("SHOAL_TRANSPORT", {"auto", "shm", "tcp"}))
+  if (auto t = params::choice("SHOAL_TRANSPORT"))
     o.transport = *t == "tcp" ? TransportKind::tcp : *t == "shm" ? TransportKind::shm : TransportKind::automatic;
-  if (auto secs = params::seconds("SHOAL_TIMEOUT", 0.001, 1e9))
+  if (auto secs = params::seconds("SHOAL_TIMEOUT"))
     o.timeout = std::chrono::milliseconds(static_cast<long long>(*secs * 1000));
-  if (auto n = params::integer("SHOAL_TCP_STREAMS", 1, 64)) o.tcp_streams = static_cast<int>(*n);
-  if (auto n = params::bytes("SHOAL_TCP_NOTSENT_LOWAT", 0, uint64_t(1) << 30)) o.tcp_notsent_lowat = static_cast<int>(*n);
+  if (auto n = params::integer("SHOAL_TCP_STREAMS")) o.tcp_streams = static_cast<int>(*n);
+  if (auto n = params::bytes("SHOAL_TCP_NOTSENT_LOWAT")) o.tcp_notsent_lowat = static_cast<int>(*n);
   if (auto on = params::flag("SHOAL_CMA")) o.single_copy = *on;
   return o;
 }

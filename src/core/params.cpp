@@ -14,62 +14,62 @@ namespace shoal::params {
 namespace {
 
 const std::vector<Param> kParams = {
-    {"SHOAL_RANK", "this process's rank in the group: the launch contract (`docs/launch.md`)", ""},
-    {"SHOAL_WORLD_SIZE", "the number of ranks in the group (`docs/launch.md`)", ""},
-    {"SHOAL_STORE", "where the ranks meet: `host:port` of a TCP store, or a path of a file store (`docs/launch.md`)", ""},
-    {"SHOAL_STORE_SERVER",
+    {"SHOAL_RANK", Kind::integer, 0, 1 << 24, nullptr, "this process's rank in the group: the launch contract (`docs/launch.md`)", ""},
+    {"SHOAL_WORLD_SIZE", Kind::integer, 1, 1 << 24, nullptr, "the number of ranks in the group (`docs/launch.md`)", ""},
+    {"SHOAL_STORE", Kind::text, 0, 0, nullptr, "where the ranks meet: `host:port` of a TCP store, or a path of a file store (`docs/launch.md`)", ""},
+    {"SHOAL_STORE_SERVER", Kind::flag, 0, 0, nullptr,
      "`0`: rank 0 does not serve the TCP store at `SHOAL_STORE` but connects to it, as every other rank does "
      "(another process serves it: `shoal-store`, `shoal-run`; `docs/launch.md`)",
      "`1`: rank 0 serves it"},
-    {"SHOAL_STORE_TOKEN",
+    {"SHOAL_STORE_TOKEN", Kind::text, 0, 0, nullptr,
      "a token the TCP store requires of every client (set the same for the server and every rank; `docs/launch.md`)",
      "none; `shoal-run` makes one up for the store it serves"},
-    {"SHOAL_STORE_LINGER",
+    {"SHOAL_STORE_LINGER", Kind::seconds, 0, 3600, nullptr,
      "seconds the rank serving the TCP store keeps serving after its own communicator is gone, while other "
      "clients are still connected (0: stop at once)",
      "5"},
-    {"SHOAL_STORE_STALL_TIMEOUT",
+    {"SHOAL_STORE_STALL_TIMEOUT", Kind::seconds, 0, 3600, nullptr,
      "seconds the TCP store waits for the rest of a request a client has started before it drops the connection",
      "30"},
-    {"SHOAL_TRANSPORT",
+    {"SHOAL_TRANSPORT", Kind::choice, 0, 0, "auto,shm,tcp",
      "`auto`, `shm` (fail if a peer is not on this host) or `tcp` (TCP even between local peers)", "`auto`"},
-    {"SHOAL_ALGO",
+    {"SHOAL_ALGO", Kind::text, 0, 0, nullptr,
      "force an algorithm where the op has it (`ring`, `bde`, `mst`, `direct`, `rd`, `scatter_allgather`, `linear`, "
      "`hier`)",
      "automatic"},
-    {"SHOAL_TIMEOUT", "deadline of every op, seconds", "300"},
-    {"SHOAL_TCP_STREAMS",
+    {"SHOAL_TIMEOUT", Kind::seconds, 0.001, 1e9, nullptr, "deadline of every op, seconds", "300"},
+    {"SHOAL_TCP_STREAMS", Kind::integer, 1, 64, nullptr,
      "TCP data connections per peer (large messages are striped over them), besides the one control connection "
      "that carries flow control; set, it applies to every peer",
      "4 to a peer on another host, 1 to one on this host (`src/transport/tcp_link.h`)"},
-    {"SHOAL_TCP_NOTSENT_LOWAT",
+    {"SHOAL_TCP_NOTSENT_LOWAT", Kind::bytes, 0, 1 << 30, nullptr,
      "bytes of not-yet-sent data each TCP socket may queue in the kernel (`TCP_NOTSENT_LOWAT`; 0 = no limit, the "
      "kernel's default). Small keeps the copies in cache across hosts; it does not limit the window "
      "(`docs/multihost.md`); set, it applies to every peer",
      "16384 to a peer on another host, 0 to one on this host"},
-    {"SHOAL_HOST", "address (or name) this rank advertises for TCP; wins over `SHOAL_SOCKET_IFNAME`",
+    {"SHOAL_HOST", Kind::text, 0, 0, nullptr, "address (or name) this rank advertises for TCP; wins over `SHOAL_SOCKET_IFNAME`",
      "the address that reaches the store, unless that is loopback and a peer is on another host: then the first "
      "interface `^docker,lo` admits"},
-    {"SHOAL_SOCKET_IFNAME",
+    {"SHOAL_SOCKET_IFNAME", Kind::text, 0, 0, nullptr,
      "the interface whose address this rank advertises for TCP, in NCCL's syntax: name prefixes `eth,ib`, exact "
      "names `=eth0`, exclusions `^docker,lo` or `^=eth1` (`docs/deploy.md`)",
      "unset (the rule above)"},
-    {"SHOAL_SOCKET_FAMILY", "`AF_INET` or `AF_INET6`: which of an interface's addresses to advertise",
+    {"SHOAL_SOCKET_FAMILY", Kind::choice, 0, 0, "AF_INET,AF_INET6", "`AF_INET` or `AF_INET6`: which of an interface's addresses to advertise",
      "IPv4 first, then IPv6"},
-    {"SHOAL_HOST_ID",
+    {"SHOAL_HOST_ID", Kind::text, 0, 0, nullptr,
      "for tests: this rank's host identity; ranks with different ids act as on different hosts (TCP between them, "
      "hierarchical algorithms)",
      "hostname + boot id + PID namespace"},
-    {"SHOAL_SHM_RING",
+    {"SHOAL_SHM_RING", Kind::bytes, 1, 1 << 30, nullptr,
      "bytes of each shared-memory ring (one per other rank of the host; suffixes K, M, G), rounded up to a power "
      "of two. A rank reserves its whole segment in `/dev/shm` when the group is made: too little room there is "
      "an error then, saying how much is needed and free",
      "1 MiB up to 9 ranks on a host, then smaller (8 MiB of rings per rank, at least 64 KiB each)"},
-    {"SHOAL_SHM_SCRATCH",
+    {"SHOAL_SHM_SCRATCH", Kind::bytes, 256 << 10, 4.0 * (1 << 30), nullptr,
      "bytes of each rank's shared-memory scratch area, through which the direct algorithms move data (suffixes K, "
      "M, G; at least 256 KiB)",
      "16 MiB"},
-    {"SHOAL_CMA",
+    {"SHOAL_CMA", Kind::flag, 0, 0, nullptr,
      "`0`: ranks on one host never copy straight between each other's buffers (Linux cross-memory attach, "
      "`process_vm_readv`/`writev`, as Open MPI's CMA), and every transfer takes two copies through shared memory. "
      "With `1` a group probes, when it forms, whether the kernel lets every rank read every other's memory (the "
@@ -77,22 +77,22 @@ const std::vector<Param> kParams = {
      "copy for large gathers and scatters, and for alltoall's medium blocks where every rank has a core of its "
      "own, only if it does (`Communicator::single_copy()`; `BENCHMARKS.md`, \"Single-copy transfers\")",
      "`1`"},
-    {"SHOAL_SPIN_US", "how long a waiter polls before it sleeps (futex/epoll), µs", "50, 0 when ranks outnumber cores"},
-    {"SHOAL_YIELD_US",
+    {"SHOAL_SPIN_US", Kind::integer, 0, 1e7, nullptr, "how long a waiter polls before it sleeps (futex/epoll), µs", "50, 0 when ranks outnumber cores"},
+    {"SHOAL_YIELD_US", Kind::integer, 0, 1e7, nullptr,
      "after polling, how long a waiter yields its core (`sched_yield`) before it sleeps, µs, so a peer queued "
      "behind it on the core runs at once. Not for a wait that only sends, or only receives, ≥ 1 MiB over TCP: "
      "that one sleeps on epoll at once (`BENCHMARKS.md`, \"Waiting for one-way TCP transfers\")",
      "1000 when ranks outnumber cores, else 0"},
-    {"SHOAL_SIMD", "force the reduction kernels: `scalar`, `avx2`, `avx512` (`auto`: the best the CPU has)",
+    {"SHOAL_SIMD", Kind::choice, 0, 0, "auto,scalar,avx2,avx512", "force the reduction kernels: `scalar`, `avx2`, `avx512` (`auto`: the best the CPU has)",
      "the best the CPU has"},
-    {"SHOAL_LOG", "`error`, `warn`, `info`, `debug`, `trace` (stderr, one line per event, rank prefixed); `info` "
+    {"SHOAL_LOG", Kind::choice, 0, 0, "error,warn,info,debug,trace", "`error`, `warn`, `info`, `debug`, `trace` (stderr, one line per event, rank prefixed); `info` "
                   "also prints the `SHOAL_*` settings in effect when a group forms",
      "`warn`"},
-    {"SHOAL_RUN_GRACE",
+    {"SHOAL_RUN_GRACE", Kind::seconds, 0, 1e6, nullptr,
      "`shoal-run`: seconds the other ranks get to exit after one failed, before they are killed", "10"},
-    {"SHOAL_RDT_POOL_BYTES", "idle receive buffers the Ray direct transport keeps for reuse, bytes (0 = none)",
+    {"SHOAL_RDT_POOL_BYTES", Kind::bytes, 0, 1e15, nullptr, "idle receive buffers the Ray direct transport keeps for reuse, bytes (0 = none)",
      "1 GiB"},
-    {"SHOAL_RAY_AUTOLOAD",
+    {"SHOAL_RAY_AUTOLOAD", Kind::flag, 0, 0, nullptr,
      "`0`: the wheel's startup hook does not register shoal with Ray (then `import shoal` in the driver and each "
      "actor does; `docs/ray.md`)",
      "on"},
@@ -127,37 +127,62 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 const std::vector<Param>& all() { return kParams; }
 
-std::optional<std::string> text(const char* name) {
-  find(name);
-  const char* v = std::getenv(name);
+namespace {
+
+// The registered variable `name`, which its caller reads as `kind`.
+const Param& find(const char* name, Kind kind) {
+  const Param& p = find(name);
+  if (p.kind != kind) throw Error(std::string("internal error: ") + name + " is read as another kind than registered");
+  return p;
+}
+
+std::optional<std::string> raw(const Param& p) {
+  const char* v = std::getenv(p.name);
   if (!v || !*v) return std::nullopt;
   return std::string(v);
 }
 
-std::optional<std::string> choice(const char* name, std::initializer_list<const char*> allowed) {
-  auto v = text(name);
+std::string number(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.15g", x);
+  return b;
+}
+
+}  // namespace
+
+std::optional<std::string> text(const char* name) { return raw(find(name, Kind::text)); }
+
+std::optional<std::string> choice(const char* name) {
+  const Param& p = find(name, Kind::choice);
+  auto v = raw(p);
   if (!v) return v;
   std::string list;
-  for (const char* a : allowed) {
-    if (*v == a) return v;
-    list += (list.empty() ? "" : ", ") + std::string(a);
+  for (const char* c = p.choices; *c;) {
+    const char* end = std::strchr(c, ',');
+    const std::string one = end ? std::string(c, static_cast<size_t>(end - c)) : std::string(c);
+    if (*v == one) return v;
+    list += (list.empty() ? "" : ", ") + one;
+    c = end ? end + 1 : c + one.size();
   }
   bad(name, *v, "one of " + list);
 }
 
-std::optional<long long> integer(const char* name, long long lo, long long hi) {
-  auto v = text(name);
+std::optional<long long> integer(const char* name) {
+  const Param& p = find(name, Kind::integer);
+  auto v = raw(p);
   if (!v) return std::nullopt;
   char* end = nullptr;
   errno = 0;
   const long long n = std::strtoll(v->c_str(), &end, 10);
-  if (*end || errno || n < lo || n > hi) bad(name, *v, "an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
+  if (*end || errno || n < p.lo || n > p.hi) bad(name, *v, "an integer from " + number(p.lo) + " to " + number(p.hi));
   return n;
 }
 
-std::optional<uint64_t> bytes(const char* name, uint64_t lo, uint64_t hi) {
-  auto v = text(name);
+std::optional<uint64_t> bytes(const char* name) {
+  const Param& p = find(name, Kind::bytes);
+  auto v = raw(p);
   if (!v) return std::nullopt;
+  const auto lo = static_cast<uint64_t>(p.lo), hi = static_cast<uint64_t>(p.hi);
   const std::string expected = "bytes from " + std::to_string(lo) + " to " + std::to_string(hi) + " (suffixes K, M, G)";
   char* end = nullptr;
   errno = 0;
@@ -175,24 +200,39 @@ std::optional<uint64_t> bytes(const char* name, uint64_t lo, uint64_t hi) {
   return n;
 }
 
-std::optional<double> seconds(const char* name, double lo, double hi) {
-  auto v = text(name);
+std::optional<double> seconds(const char* name) {
+  const Param& p = find(name, Kind::seconds);
+  auto v = raw(p);
   if (!v) return std::nullopt;
   char* end = nullptr;
   const double s = std::strtod(v->c_str(), &end);
-  char lo_s[32], hi_s[32];
-  std::snprintf(lo_s, sizeof lo_s, "%g", lo);
-  std::snprintf(hi_s, sizeof hi_s, "%g", hi);
-  if (*end || !std::isfinite(s) || s < lo || s > hi) bad(name, *v, std::string("seconds from ") + lo_s + " to " + hi_s);
+  if (*end || !std::isfinite(s) || s < p.lo || s > p.hi)
+    bad(name, *v, "seconds from " + number(p.lo) + " to " + number(p.hi));
   return s;
 }
 
 std::optional<bool> flag(const char* name) {
-  auto v = text(name);
+  auto v = raw(find(name, Kind::flag));
   if (!v) return std::nullopt;
   if (*v == "1" || *v == "true" || *v == "yes") return true;
   if (*v == "0" || *v == "false" || *v == "no") return false;
   bad(name, *v, "0 or 1");
+}
+
+std::string check(const Param& p) {
+  try {
+    switch (p.kind) {
+      case Kind::text: text(p.name); break;
+      case Kind::choice: choice(p.name); break;
+      case Kind::integer: integer(p.name); break;
+      case Kind::bytes: bytes(p.name); break;
+      case Kind::seconds: seconds(p.name); break;
+      case Kind::flag: flag(p.name); break;
+    }
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
 }
 
 std::string markdown_table() {

@@ -12,8 +12,13 @@
 
 namespace shoal::params {
 
+enum class Kind { text, choice, integer, bytes, seconds, flag };
+
 struct Param {
   const char* name;
+  Kind kind;
+  double lo, hi;        // integer, bytes, seconds: the values taken
+  const char* choices;  // choice: the values taken, comma-separated
   const char* meaning;  // markdown
   const char* fallback;  // what applies when unset (markdown)
 };
@@ -21,19 +26,16 @@ struct Param {
 // The table, in the README's order.
 const std::vector<Param>& all();
 
-// The raw value of a registered variable, if set and not empty. An unregistered name is a bug in
-// shoal (Error).
+// Each reader takes a registered name of its kind (else Error: a bug in shoal) and returns its
+// value if set and not empty, within the table's bounds.
 std::optional<std::string> text(const char* name);
-// One of `allowed`.
-std::optional<std::string> choice(const char* name, std::initializer_list<const char*> allowed);
-// An integer in [lo, hi].
-std::optional<long long> integer(const char* name, long long lo, long long hi);
-// Bytes in [lo, hi]: digits with an optional K, M or G (KiB, MiB, GiB).
-std::optional<uint64_t> bytes(const char* name, uint64_t lo, uint64_t hi);
-// Seconds in [lo, hi] (a decimal number).
-std::optional<double> seconds(const char* name, double lo, double hi);
-// 0/1, false/true, no/yes.
-std::optional<bool> flag(const char* name);
+std::optional<std::string> choice(const char* name);
+std::optional<long long> integer(const char* name);
+std::optional<uint64_t> bytes(const char* name);  // digits with an optional K, M or G (KiB, MiB, GiB)
+std::optional<double> seconds(const char* name);  // a decimal number
+std::optional<bool> flag(const char* name);       // 0/1, false/true, no/yes
+// "" if `p` is unset or holds a value it takes, else the error its reader throws.
+std::string check(const Param& p);
 
 // The README's configuration table: a header and one row per variable.
 std::string markdown_table();

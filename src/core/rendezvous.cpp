@@ -256,8 +256,8 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   uint64_t ring_set = 0, scratch = 16 << 20;  // ring 0: by the host's ranks (default_ring_bytes)
   if (setup_error.empty()) {
     try {
-      ring_set = params::bytes("SHOAL_SHM_RING", 1, uint64_t(1) << 30).value_or(0);
-      scratch = params::bytes("SHOAL_SHM_SCRATCH", 256 << 10, uint64_t(4) << 30).value_or(scratch);
+      ring_set = params::bytes("SHOAL_SHM_RING").value_or(0);
+      scratch = params::bytes("SHOAL_SHM_SCRATCH").value_or(scratch);
     } catch (const Error& e) {
       setup_error = e.what();
     }

@@ -66,15 +66,18 @@ const KernelTable* table_for(SimdLevel l) {
 }
 
 const KernelTable* select_from_env() {
-  const std::string set = params::text("SHOAL_SIMD").value_or("");
-  const char* env = set.empty() ? nullptr : set.c_str();
+  // A bad value is a warning here: the kernels are chosen on first use, with no caller to fail.
+  std::optional<std::string> set;
+  try {
+    set = params::choice("SHOAL_SIMD");
+  } catch (const InvalidArgument& e) {
+    SHOAL_LOG(warn, "%s; using the best kernels the CPU has", e.what());
+  }
+  const char* env = set ? set->c_str() : nullptr;
   const SimdLevel cpu = cpu_max_level();
-  bool recognised = true;
-  const SimdLevel level = level_for_env(env, cpu, &recognised);
-  const bool forced = env != nullptr && *env != '\0' && std::strcmp(env, "auto") != 0;
-  if (!recognised) {
-    SHOAL_LOG(warn, "SHOAL_SIMD=%s not recognised (scalar, avx2, avx512, auto); using %s", env, level_name(level));
-  } else if (forced && level != level_for_env(env, SimdLevel::avx512)) {
+  const SimdLevel level = level_for_env(env, cpu);
+  const bool forced = env != nullptr && std::strcmp(env, "auto") != 0;
+  if (forced && level != level_for_env(env, SimdLevel::avx512)) {
     SHOAL_LOG(warn, "SHOAL_SIMD=%s: this CPU cannot run it; using %s", env, level_name(level));
   }
   SHOAL_LOG(debug, "reduce kernels: %s (cpu supports up to %s)", level_name(level), level_name(cpu));

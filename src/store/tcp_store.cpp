@@ -78,7 +78,7 @@ constexpr Millis kStallTimeout{30000};
 // server thread (or a client's destructor) has no caller to tell, so a bad value is a warning.
 Millis env_seconds(const char* name, Millis dflt) {
   try {
-    if (auto v = params::seconds(name, 0, 3600)) return Millis(static_cast<int64_t>(*v * 1000));
+    if (auto v = params::seconds(name)) return Millis(static_cast<int64_t>(*v * 1000));
   } catch (const InvalidArgument& e) {
     SHOAL_LOG(warn, "%s: using %lld ms", e.what(), (long long)dflt.count());
   }

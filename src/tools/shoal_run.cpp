@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
   }
   double grace_s = 10;
   try {
-    grace_s = shoal::params::seconds("SHOAL_RUN_GRACE", 0, 1e6).value_or(grace_s);
+    grace_s = shoal::params::seconds("SHOAL_RUN_GRACE").value_or(grace_s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "shoal-run: %s\n", e.what());
     return 2;

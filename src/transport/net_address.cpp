@@ -44,7 +44,7 @@ std::string numeric_host(const sockaddr* sa) {
 
 // The preferred family: 0 (IPv4 first, then IPv6), AF_INET or AF_INET6.
 int family_preference() {
-  const auto f = params::choice("SHOAL_SOCKET_FAMILY", {"AF_INET", "AF_INET6"});
+  const auto f = params::choice("SHOAL_SOCKET_FAMILY");
   return !f ? 0 : *f == "AF_INET" ? AF_INET : AF_INET6;
 }
 
