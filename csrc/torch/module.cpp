@@ -1,10 +1,13 @@
 // shoal._C: the Python face of the torch backend. Built against the installed torch (its
 // bundled pybind11, so that torch's c10d types are shared with torch._C).
 #include <pybind11/chrono.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/utils/pybind.h>
 
 #include "backend.h"
+#include "core/doctor.h"
+#include "core/params.h"
 
 namespace py = pybind11;
 using shoal_torch::BackendShoal;
@@ -63,6 +66,37 @@ Options of the shoal backend; pass as ``init_process_group("shoal", pg_options=.
            py::call_guard<py::gil_scoped_release>(),
            "All-reduce of a contiguous CPU tensor in place, returning when done (shoal.torch.all_reduce_); "
            "False, doing nothing, for another tensor.");
+
+  // `python -m shoal doctor` (shoal/doctor.py): the C++ side of the report, and its formatting.
+  using DoctorItem = std::tuple<std::string, std::string, std::string, bool>;
+  m.def(
+      "doctor_items",
+      [](int ranks, bool trial) {
+        std::vector<shoal::doctor::Item> items;
+        {
+          py::gil_scoped_release nogil;
+          items = shoal::doctor::machine(ranks);
+          if (trial) {
+            auto t = shoal::doctor::trial(ranks);
+            items.insert(items.end(), t.begin(), t.end());
+          }
+        }
+        std::vector<DoctorItem> out;
+        for (auto& i : items) out.emplace_back(i.section, i.key, i.value, i.warning);
+        return out;
+      },
+      py::arg("ranks"), py::arg("trial"),
+      "(section, key, value, warning) of shoal's report on this machine for `ranks` ranks here; with "
+      "`trial`, after forming a group of that many forked ranks");
+  m.def(
+      "doctor_format",
+      [](const std::vector<DoctorItem>& items, bool json) {
+        std::vector<shoal::doctor::Item> v;
+        for (auto& [s, k, val, w] : items) v.push_back({s, k, val, w});
+        return json ? shoal::doctor::json(v) : shoal::doctor::text(v);
+      },
+      py::arg("items"), py::arg("json"), "The report as text, or as JSON");
+  m.def("doctor_params", &shoal::params::markdown_table, "Every SHOAL_* variable: meaning and default (markdown)");
 
   // The creator torch.distributed calls (register_backend(..., extended_api=True)).
   m.def(

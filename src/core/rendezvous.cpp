@@ -94,6 +94,19 @@ size_t default_ring_bytes(int slots) {
   return r;
 }
 
+}  // namespace
+
+ShmSizes shm_sizes(int local_ranks) {
+  ShmSizes s;
+  const uint64_t ring = params::bytes("SHOAL_SHM_RING").value_or(0);
+  s.ring = ring ? pow2_at_least(ring) : default_ring_bytes(local_ranks);
+  s.scratch = params::bytes("SHOAL_SHM_SCRATCH").value_or(s.scratch);
+  s.segment = ShmSegment::bytes_for(local_ranks, s.ring, s.scratch);
+  return s;
+}
+
+namespace {
+
 Millis left_until(Clock::time_point deadline) {
   return std::max(Millis(0), std::chrono::ceil<Millis>(deadline - Clock::now()));
 }
@@ -253,11 +266,10 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
       setup_error = e.what();
     }
   }
-  uint64_t ring_set = 0, scratch = 16 << 20;  // ring 0: by the host's ranks (default_ring_bytes)
+  ShmSizes sizes;
   if (setup_error.empty()) {
     try {
-      ring_set = params::bytes("SHOAL_SHM_RING").value_or(0);
-      scratch = params::bytes("SHOAL_SHM_SCRATCH").value_or(scratch);
+      sizes = shm_sizes(static_cast<int>(local.size()));
     } catch (const Error& e) {
       setup_error = e.what();
     }
@@ -272,7 +284,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
     uint64_t nonce;
     random_bytes(reinterpret_cast<uint8_t*>(&nonce), sizeof nonce);
     const int slots = static_cast<int>(local.size());
-    const size_t ring = ring_set ? pow2_at_least(ring_set) : default_ring_bytes(slots);
+    const size_t ring = sizes.ring, scratch = sizes.scratch;
     const std::string name = ShmSegment::make_name(getpid(), short_id, rank);
     // A rank that cannot make its segment says so to the others before it fails, so that they
     // fail at once with its reason rather than wait for it until the timeout.

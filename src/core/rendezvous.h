@@ -23,6 +23,16 @@ struct Topology {
   HostMap hosts;                        // which host each rank is on
 };
 
+// What a rank's shared-memory segment holds in a group with `local_ranks` ranks on its host, under
+// the SHOAL_SHM_* settings (InvalidArgument for a bad one): each inbound ring, the scratch area,
+// and the whole segment a rank reserves in /dev/shm.
+struct ShmSizes {
+  size_t ring = 0;
+  size_t scratch = size_t(16) << 20;
+  size_t segment = 0;
+};
+ShmSizes shm_sizes(int local_ranks);
+
 // `store` is already prefixed for this instance of the group; `store_address` is the address this
 // rank's connection to the store leaves from ("" if none), one candidate for the address peers dial
 // for TCP (transport/net_address.h chooses).

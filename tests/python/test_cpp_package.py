@@ -2,6 +2,7 @@
 then examples/cpp built against that prefix alone, once with find_package(shoal) and once with
 pkg-config, and run at 3 ranks under the installed shoal-run."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -64,8 +65,12 @@ def test_install_lays_out_library_headers_tools_and_package_files(prefix):
     assert f"Library soname: [{soname}]" in dyn, dyn
     for h in ("communicator.h", "error.h", "store.h", "types.h", "work.h", "version.h", "c.h"):
         assert os.path.isfile(os.path.join(prefix, "include", "shoal", h)), h
-    for tool in ("shoal-run", "shoal-store", "shoal-bench"):
+    for tool in ("shoal-run", "shoal-store", "shoal-doctor", "shoal-bench"):
         assert os.access(os.path.join(prefix, "bin", tool), os.X_OK), tool
+    # The installed doctor runs against the installed library (its RPATH) and reports its version.
+    doc = subprocess.run([os.path.join(prefix, "bin", "shoal-doctor"), "--json"], capture_output=True, text=True,
+                         env={k: v for k, v in CLEAN_ENV.items() if k != "LD_LIBRARY_PATH"})
+    assert json.loads(doc.stdout)["sections"]["shoal"]["version"] == version(), doc.stdout + doc.stderr
     assert os.path.isfile(os.path.join(lib, "cmake", "shoal", "shoalConfig.cmake"))
     assert os.path.isfile(os.path.join(lib, "cmake", "shoal", "shoalConfigVersion.cmake"))
     pc = os.path.join(lib, "pkgconfig", "shoal.pc")
