@@ -518,14 +518,16 @@ void family_alltoall(Suite& s, Where) {
 
 void family_barrier(Suite& s, Where) {
   // Round k: every rank counts itself in (shared memory), one rank arrives late, and nobody may
-  // leave the barrier before all n have arrived.
+  // leave the barrier before all n have arrived: a Work waited for, a blocking call, and a blocking
+  // call of the dissemination barrier in turn.
   auto* counters = static_cast<uint32_t*>(shared_area());
   constexpr int kRounds = 40;
   for (int k = 0; k < kRounds; ++k) {
     s.run("barrier round " + std::to_string(k), [&]() -> std::string {
       if (k % 4 == 0 && s.rank == (k / 4) % s.n) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       __atomic_fetch_add(&counters[k], 1u, __ATOMIC_SEQ_CST);
-      s.c.barrier()->wait();
+      if (k % 3 == 0) s.c.barrier()->wait();
+      else s.c.barrier({.algo = k % 3 == 1 ? Algo::automatic : Algo::rd, .blocking = true});
       uint32_t seen = __atomic_load_n(&counters[k], __ATOMIC_SEQ_CST);
       if (seen != uint32_t(s.n))
         return "left the barrier when " + std::to_string(seen) + " of " + std::to_string(s.n) + " had arrived";

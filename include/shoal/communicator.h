@@ -129,6 +129,9 @@ class Communicator {
   WorkPtr alltoallv(const void* in, const std::vector<size_t>& send_counts, void* out,
                     const std::vector<size_t>& recv_counts, DType dt, CallOptions o = {});
   WorkPtr barrier();
+  // With CallOptions: `blocking` returns once every rank has arrived, as MPI_Barrier; `algo`: rd
+  // (dissemination) or direct (shared memory).
+  WorkPtr barrier(CallOptions o);
 
   // Fails every pending and later op with PeerError and tells the peers; callable from any thread.
   void abort(const std::string& why = "aborted by the user");

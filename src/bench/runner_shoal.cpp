@@ -51,7 +51,7 @@ class ShoalRunner final : public Runner {
         else if (s.rank == 1) w = comm_.recv(out, c, s.dt, 0, 0, co_);
         break;
       case Op::barrier:
-        w = comm_.barrier();
+        w = comm_.barrier(co_);
         break;
     }
     if (w) w->wait();

@@ -132,7 +132,7 @@ shoal_result shoal_alltoall(shoal_comm* c, const void* in, void* out, size_t cou
   return guard([&] { comm_of(c).alltoall(in, out, count, dtype(dt), blocking()); });
 }
 shoal_result shoal_barrier(shoal_comm* c) {
-  return guard([&] { comm_of(c).barrier()->wait(); });
+  return guard([&] { comm_of(c).barrier({.blocking = true}); });
 }
 shoal_result shoal_send(shoal_comm* c, const void* buf, size_t count, shoal_dtype dt, int peer, uint64_t tag) {
   return guard([&] { comm_of(c).send(buf, count, dtype(dt), peer, tag, blocking()); });

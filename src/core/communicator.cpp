@@ -894,9 +894,11 @@ WorkPtr Communicator::alltoallv(const void* in, const std::vector<size_t>& send_
   return m.collective(std::move(d), 0, 0, o.blocking);
 }
 
-WorkPtr Communicator::barrier() {
+WorkPtr Communicator::barrier() { return barrier(CallOptions{}); }
+
+WorkPtr Communicator::barrier(CallOptions o) {
   auto& m = *impl_;
-  return m.collective(m.desc(OpKind::barrier, DType::u8, ReduceOp::sum, Algo::automatic, 0, nullptr, nullptr, 0), 0, 0, false);
+  return m.collective(m.desc(OpKind::barrier, DType::u8, ReduceOp::sum, o.algo, 0, nullptr, nullptr, 0), 0, 0, o.blocking);
 }
 
 void Communicator::abort(const std::string& why) {
