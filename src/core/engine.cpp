@@ -23,6 +23,10 @@ constexpr auto kPeerCheckEvery = std::chrono::milliseconds(50);
 // A waiter reads the clock (for its spin, yield and deadline) once every this many idle polls.
 constexpr unsigned kPollsPerClockRead = 8;
 constexpr auto kMaxSleep = std::chrono::milliseconds(20);
+// How long after raising its `sleeping` flag a waiter sleeps at most: a peer that published its
+// news just as the flag went up may have read it down and not rung (ring() has no fence), and
+// that news is visible well within this.
+constexpr auto kRaiseWindow = std::chrono::microseconds(100);
 // A wait with at least this many bytes still to move over TCP, all one way, skips the yield
 // phase (Engine::one_way_bulk).
 constexpr size_t kBulkBytes = size_t(1) << 20;
@@ -150,11 +154,15 @@ void Engine::close_links() noexcept {
 }
 
 void Engine::ring(ShmControl* c) {
-  // The owner raises `sleeping` and fences before its last look at what it waits for (sleep());
-  // the caller stored its news before this fence. So either this load sees the flag and the owner
-  // is woken, or the owner's last look sees the news. An owner that is awake is not rung: a bump
-  // of its doorbell would pull the line it polls away from its core for nothing.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // The owner raises `sleeping` and fences before its last look at what it waits for (sleep()).
+  // No fence here: it would hold the caller until its news reached the owner's cache (a round trip
+  // between cores, the quarter of a 2-rank broadcast's time that its root spent here). Without it
+  // this load may pass the caller's news stores and read the flag down just as it goes up, while
+  // the owner's last look misses the news still on its way; so the owner's first sleep after
+  // raising the flag lasts at most kRaiseWindow, after which the news is there. A flag up for
+  // longer is seen by this load, and the doorbell's bump below (a locked instruction) makes the
+  // news visible before the owner wakes. An owner that is awake is not rung: a bump of its
+  // doorbell would pull the line it polls away from its core for nothing.
   if (!c->sleeping.load(std::memory_order_relaxed)) return;
   c->doorbell.fetch_add(1, std::memory_order_seq_cst);
   futex_wake_all(&c->doorbell);
@@ -172,18 +180,18 @@ void Engine::sleep(std::chrono::microseconds max, bool (*done)(void*), void* arg
   std::atomic<uint32_t>* bell = self_ ? &self_->doorbell : &local_bell_;
   std::atomic<uint32_t> dummy{0};
   std::atomic<uint32_t>* sleeping = self_ ? &self_->sleeping : &dummy;
-  sleeping->store(1, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with the fence in ring()
+  if (!raised_) {  // up until a peer rings or the wait ends (wait_loop lowers it)
+    sleeping->store(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    raised_ = true;
+    raised_at_ = Clock::now();
+  }
   uint32_t snap = bell->load(std::memory_order_seq_cst);
   // Re-check after announcing sleep and taking the snapshot: news that arrived before the
   // snapshot is seen here; news after it changes the doorbell, so futex_wait returns at once.
-  bool ready = false;
-  try {
-    ready = poll() || done(arg) || aborted();
-  } catch (...) {
-    sleeping->store(0);
-    throw;
-  }
+  const bool ready = poll() || done(arg) || aborted();
+  const auto since = Clock::now() - raised_at_;
+  if (since < kRaiseWindow) max = std::min(max, std::chrono::ceil<std::chrono::microseconds>(kRaiseWindow - since));
   if (!ready) {
     if (any_tcp_) {
       bool shm_busy = false;
@@ -198,7 +206,15 @@ void Engine::sleep(std::chrono::microseconds max, bool (*done)(void*), void* arg
       futex_wait(bell, snap, max);
     }
   }
-  sleeping->store(0, std::memory_order_relaxed);
+  // Rung: the news is here, and until this rank sleeps again its peers need not ring (a system call
+  // each). A sleep that timed out keeps the flag up, so a long wait sleeps long after the first.
+  if (bell->load(std::memory_order_relaxed) != snap) lower_sleeping();
+}
+
+void Engine::lower_sleeping() noexcept {
+  if (!raised_) return;
+  if (self_) self_->sleeping.store(0, std::memory_order_relaxed);
+  raised_ = false;
 }
 
 void Engine::wait(Request* const* reqs, size_t n) {
@@ -256,6 +272,10 @@ bool Engine::one_way_bulk(Request* const* reqs, size_t n) const {
 void Engine::wait_loop(std::vector<int> waiting_for, bool (*done)(void*), void* arg,
                        void (*refresh)(void*, std::vector<int>&), bool may_yield) {
   const auto yield = may_yield ? yield_ : std::chrono::microseconds(0);
+  struct Lower {  // the flag sleep() raised comes down however the wait ends
+    Engine* e;
+    ~Lower() { e->lower_sleeping(); }
+  } lower{this};
   auto spin_start = Clock::now();
   if (timeout_.count() > 0) {
     deadline_ = spin_start + timeout_;

@@ -114,6 +114,11 @@ class Engine {
   std::chrono::microseconds spin_;
   std::chrono::microseconds yield_;
   Clock::time_point last_check_;
+  // This rank's `sleeping` flag is up (sleep() raised it; it comes down when a peer rings or the
+  // wait ends), and since when.
+  bool raised_ = false;
+  Clock::time_point raised_at_;
+  void lower_sleeping() noexcept;
   std::atomic<bool> aborted_{false};
   mutable std::mutex reason_mu_;
   std::string reason_;
