@@ -91,7 +91,7 @@ TEST(Params, EachReaderTakesItsValuesAndNamesWhatItExpects) {
   }
   {
     ScopedEnv e("SHOAL_CMA", "2");
-    EXPECT_EQ(invalid([] { params::flag("SHOAL_CMA"); }), "SHOAL_CMA='2': expected 0 or 1");
+    EXPECT_EQ(invalid([] { params::flag("SHOAL_CMA"); }), "SHOAL_CMA='2': expected 0 or 1 (or false/true, no/yes)");
   }
   {
     ScopedEnv e("SHOAL_TRANSPORT", "shm");

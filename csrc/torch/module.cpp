@@ -87,7 +87,8 @@ Options of the shoal backend; pass as ``init_process_group("shoal", pg_options=.
       },
       py::arg("ranks"), py::arg("trial"),
       "(section, key, value, warning) of shoal's report on this machine for `ranks` ranks here; with "
-      "`trial`, after forming a group of that many forked ranks");
+      "`trial`, after forming a group of that many forked ranks (fork: call it from a process with no "
+      "other threads; python -m shoal doctor runs it in a fresh interpreter)");
   m.def(
       "doctor_format",
       [](const std::vector<DoctorItem>& items, bool json) {

@@ -103,7 +103,7 @@ class _Finder:
 
 def install() -> None:
     """Called by shoal_ray_autoload.pth at interpreter startup."""
-    if os.environ.get("SHOAL_RAY_AUTOLOAD", "1") == "0":
+    if os.environ.get("SHOAL_RAY_AUTOLOAD", "1") in ("0", "false", "no"):  # a flag, as shoal's settings
         return
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())

@@ -73,15 +73,29 @@ def python_items() -> list[tuple[str, str, str, bool]]:
     return items
 
 
+def trial_items(ranks: int) -> list[tuple[str, str, str, bool]]:
+    """The group of `ranks` ranks, formed by a fresh interpreter: its ranks are forked, and a fork
+    is safe only where no other thread holds a lock (this process may run torch's or Ray's)."""
+    import json
+    import subprocess
+
+    code = ("import json, sys; from shoal import _C; "
+            f"json.dump([i for i in _C.doctor_items({ranks}, True) if i[0].startswith('trial')], sys.stdout)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if r.returncode != 0:
+        return [(f"trial group of {ranks} ranks", "error", (r.stderr.strip() or "failed")[-500:], True)]
+    return [tuple(i) for i in json.loads(r.stdout)]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m shoal doctor", description=__doc__.split("\n\n")[0])
-    p.add_argument("-n", type=int, default=0, metavar="N",
+    p.add_argument("-n", type=int, default=None, metavar="N",
                    help="size the report for N ranks on this host and form a group of N ranks here "
                         "(default: one rank per core, no group)")
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.add_argument("--params", action="store_true", help="every SHOAL_* variable: meaning and default")
     a = p.parse_args(argv)
-    if a.n < 0 or a.n > 4096:
+    if a.n is not None and not 1 <= a.n <= 4096:
         p.error(f"-n needs a number of ranks from 1 to 4096, got {a.n}")
     try:
         from shoal import _C
@@ -92,6 +106,6 @@ def main(argv: list[str] | None = None) -> int:
     if a.params:
         print(_C.doctor_params(), end="")
         return 0
-    items = _C.doctor_items(a.n or os.cpu_count() or 1, a.n > 0) + python_items()
+    items = _C.doctor_items(a.n or os.cpu_count() or 1, False) + (trial_items(a.n) if a.n else []) + python_items()
     print(_C.doctor_format(items, a.json), end="")
     return 1 if any(w for *_, w in items) else 0

@@ -22,7 +22,6 @@
 // faster (BENCHMARKS.md, "alltoall by single copy"). Writing beats reading: the writer's block is
 // in its own cache (a producer just wrote it); a reader would fetch it from the writer's.
 #include <cstring>
-#include <thread>
 
 #include "algo/direct_common.h"
 #include "reduce/copy.h"
@@ -36,11 +35,10 @@ constexpr size_t kMinPieceBytes = size_t(16) << 10;  // 16 MiB scratch: up to 16
 constexpr size_t kSingleCopyMinBlock = size_t(64) << 10;
 constexpr size_t kSingleCopyMaxBlock = size_t(1) << 20;
 
-// The same answer on every rank: the ranks share the host, so its core count.
+// The same answer on every rank: the block size, and the group's core count (ShmGroup::cores).
 bool use_single_copy_alltoall(Ctx& c, size_t block) {
-  static const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  return block >= kSingleCopyMinBlock && block <= kSingleCopyMaxBlock && static_cast<unsigned>(c.size) <= cores &&
-         c.shm()->single_copy();
+  ShmGroup& g = *c.shm();
+  return block >= kSingleCopyMinBlock && block <= kSingleCopyMaxBlock && c.size <= g.cores() && g.single_copy();
 }
 }  // namespace
 

@@ -313,7 +313,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
       return "";
     }
   };
-  if (m.topo.shm_all) m.shm = std::make_unique<ShmGroupImpl>(*m.engine, m.topo.segs, m.topo.single_copy);
+  if (m.topo.shm_all) m.shm = std::make_unique<ShmGroupImpl>(*m.engine, m.topo.segs, m.topo.single_copy, m.opts.timeout);
   m.thread = std::thread([this] { impl_->loop(); });
 }
 

@@ -86,8 +86,10 @@ bool single_copy_permitted() {
     _exit(process_vm_readv(parent, &l, 1, &r, 1, 0) == sizeof got && got == word ? 0 : 1);
   }
   int status = 0;
-  waitpid(child, &status, 0);
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  pid_t got;
+  while ((got = waitpid(child, &status, 0)) < 0 && errno == EINTR) {
+  }
+  return got == child && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 void shoal_section(Items& out) {
@@ -185,8 +187,13 @@ void fd_section(Items& out, int ranks) {
 
 void network_section(Items& out) {
   const char* S = "network";
-  for (const NetInterface& i : list_interfaces())
-    out.push_back({S, "interface " + i.name, i.addr + (i.loopback ? " (loopback)" : "")});
+  std::vector<std::pair<std::string, std::string>> ifs;  // name, its addresses
+  for (const NetInterface& i : list_interfaces()) {
+    auto it = std::find_if(ifs.begin(), ifs.end(), [&](auto& x) { return x.first == i.name; });
+    if (it == ifs.end()) it = ifs.insert(ifs.end(), {i.name, i.loopback ? "(loopback)" : ""});
+    it->second = i.addr + (it->second.empty() ? "" : " ") + it->second;
+  }
+  for (auto& [name, addrs] : ifs) out.push_back({S, "interface " + name, addrs});
   for (bool elsewhere : {false, true}) {
     const std::string key = elsewhere ? "address advertised to other hosts" : "address advertised within this host";
     try {
@@ -202,7 +209,7 @@ void settings_section(Items& out) {
   bool any = false;
   for (const params::Param& p : params::all()) {
     const char* v = std::getenv(p.name);
-    if (!v) continue;
+    if (!v || !*v) continue;  // empty reads as unset
     any = true;
     const std::string err = params::check(p);
     const std::string shown = std::strcmp(p.name, "SHOAL_STORE_TOKEN") ? v : "(set)";
@@ -261,6 +268,8 @@ void trial_rank(const std::string& dir, int rank, int ranks, double timeout_s, i
     lines += b;
   } catch (const std::exception& e) {
     lines = "error\trank " + std::to_string(rank) + ": " + std::string(e.what()) + "\n";
+  } catch (...) {
+    lines = "error\trank " + std::to_string(rank) + ": an unknown exception\n";
   }
   if (rank == 0 || lines.rfind("error\t", 0) == 0) {
     for (size_t off = 0; off < lines.size();) {
@@ -289,11 +298,16 @@ Items machine(int ranks) {
 Items trial(int ranks, double timeout_s) {
   if (ranks < 1) throw InvalidArgument("shoal doctor: ranks must be >= 1, got " + std::to_string(ranks));
   const std::string S = "trial group of " + std::to_string(ranks) + " ranks";
-  char tmpl[] = "/tmp/shoal-doctor-XXXXXX";
-  if (!mkdtemp(tmpl)) throw Error(std::string("shoal doctor: cannot make a temporary directory: ") + std::strerror(errno));
-  const std::string dir = tmpl;
   int p[2];
   if (pipe(p) != 0) throw Error(std::string("shoal doctor: pipe: ") + std::strerror(errno));
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/shoal-doctor-XXXXXX";
+  if (!mkdtemp(tmpl.data())) {
+    close(p[0]);
+    close(p[1]);
+    throw Error("shoal doctor: cannot make a temporary directory " + tmpl + ": " + std::strerror(errno));
+  }
+  const std::string dir = tmpl;
   std::vector<pid_t> kids;
   for (int r = 0; r < ranks; ++r) {
     const pid_t k = fork();
@@ -310,33 +324,47 @@ Items trial(int ranks, double timeout_s) {
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     pollfd pf{p[0], POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&pf, 1, static_cast<int>(left.count())) <= 0) break;
+    if (left.count() <= 0) break;
+    const int ready = ::poll(&pf, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) break;
     char buf[4096];
     const ssize_t n = ::read(p[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     got.append(buf, static_cast<size_t>(n));
   }
   close(p[0]);
+  // The pipe's end comes as the ranks exit, a moment before they can be reaped; one still running
+  // at the deadline is killed.
   bool killed = false;
   for (pid_t k : kids) {
-    if (waitpid(k, nullptr, WNOHANG) == 0) {
+    pid_t got;
+    while ((got = waitpid(k, nullptr, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (got == 0) {
       kill(k, SIGKILL);
-      waitpid(k, nullptr, 0);
       killed = true;
+      while (waitpid(k, nullptr, 0) < 0 && errno == EINTR) {
+      }
     }
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   Items out;
   if (static_cast<int>(kids.size()) < ranks) out.push_back({S, "error", "could not start the ranks (fork failed)", true});
+  std::string errors;  // every rank's, in one item
   for (size_t a = 0; a < got.size();) {
     const size_t nl = got.find('\n', a), tab = got.find('\t', a);
     if (nl == std::string::npos || tab > nl) break;
     const std::string key = got.substr(a, tab - a), value = got.substr(tab + 1, nl - tab - 1);
-    out.push_back({S, key, value, key == "error"});
+    if (key == "error") errors += (errors.empty() ? "" : "; ") + value;
+    else out.push_back({S, key, value});
     a = nl + 1;
   }
-  if (killed) out.push_back({S, "error", "the group did not finish within " + std::to_string(int(timeout_s + 10)) + " s", true});
+  if (killed) errors += (errors.empty() ? "" : "; ") + std::string("the group did not finish within ") +
+                        std::to_string(int(timeout_s + 10)) + " s";
+  if (!errors.empty()) out.push_back({S, "error", errors, true});
   return out;
 }
 

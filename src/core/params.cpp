@@ -216,7 +216,7 @@ std::optional<bool> flag(const char* name) {
   if (!v) return std::nullopt;
   if (*v == "1" || *v == "true" || *v == "yes") return true;
   if (*v == "0" || *v == "false" || *v == "no") return false;
-  bad(name, *v, "0 or 1");
+  bad(name, *v, "0 or 1 (or false/true, no/yes)");
 }
 
 std::string check(const Param& p) {
@@ -244,7 +244,7 @@ std::string markdown_table() {
 std::vector<std::string> set_in_environment() {
   std::vector<std::string> out;
   for (const Param& p : kParams)
-    if (const char* v = std::getenv(p.name)) {
+    if (const char* v = std::getenv(p.name); v && *v) {  // empty reads as unset
       // The token is a secret: say that it is set, not what it is.
       out.push_back(std::string(p.name) + "=" + (std::strcmp(p.name, "SHOAL_STORE_TOKEN") ? v : "(set)"));
     }

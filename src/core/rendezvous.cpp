@@ -267,7 +267,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
     }
   }
   ShmSizes sizes;
-  if (setup_error.empty()) {
+  if (setup_error.empty() && opts.transport != TransportKind::tcp) {
     try {
       sizes = shm_sizes(static_cast<int>(local.size()));
     } catch (const Error& e) {

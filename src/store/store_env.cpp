@@ -56,7 +56,9 @@ std::shared_ptr<Store> store_from_env(int rank, Millis timeout) {
   }
   uint16_t port = parse_port(port_s, value);
 
-  const bool serve = rank == 0 && params::flag("SHOAL_STORE_SERVER").value_or(true);
+  // Read on every rank, so that a bad value fails them all, not rank 0 alone.
+  const bool rank0_serves = params::flag("SHOAL_STORE_SERVER").value_or(true);
+  const bool serve = rank == 0 && rank0_serves;
   if (rank < 0) throw InvalidArgument("store_from_env: negative rank " + std::to_string(rank));
   SHOAL_LOG(debug, "store: TCP store %s:%u%s", host.c_str(), port, serve ? " (serving it)" : "");
   return std::make_shared<TcpStore>(host, port, serve, timeout);

@@ -30,6 +30,9 @@ class ShmGroup {
   // Single copy (transport/cma.h): whether every rank may read every other rank's memory, as the
   // probe found when the group formed (SHOAL_CMA=0 turns it off); the same answer on every rank.
   virtual bool single_copy() const = 0;
+  // The fewest CPUs online any rank's host reported when its segment was made: the same number
+  // on every rank, for choices the ranks must agree on (whether each rank has a core of its own).
+  virtual int cores() const = 0;
   // Copies n bytes at `remote`, an address in rank r's process, into `local`, by one copy in the
   // kernel. Only where single_copy(); r keeps that memory unchanged until this rank says it is
   // done (a barrier). Throws PeerError if r is gone.
@@ -38,7 +41,7 @@ class ShmGroup {
   // is written only while r is alive and not aborted (see quiesce_writes).
   virtual void write(int r, const void* local, void* remote, size_t n) = 0;
   // After this rank aborted (its state is set): waits until no peer is in the middle of a write()
-  // into this process, or has exited, for at most a second. An op that lets peers write into its
+  // into this process, or has exited, for at most the group's timeout. An op that lets peers write into its
   // caller's buffer fails through here, so no write lands after the failure has reached the
   // caller, who may by then have freed the buffer.
   virtual void quiesce_writes() = 0;

@@ -22,10 +22,16 @@ constexpr int kQuickPolls = 16;
 constexpr size_t kTransferPiece = size_t(1) << 20;
 }  // namespace
 
-ShmGroupImpl::ShmGroupImpl(Engine& engine, const std::vector<ShmSegment>& segs, bool single_copy)
-    : engine_(engine), scratch_bytes_(segs[engine.rank].control()->scratch_bytes), single_copy_(single_copy) {
+ShmGroupImpl::ShmGroupImpl(Engine& engine, const std::vector<ShmSegment>& segs, bool single_copy,
+                           std::chrono::milliseconds timeout)
+    : engine_(engine),
+      scratch_bytes_(segs[engine.rank].control()->scratch_bytes),
+      single_copy_(single_copy),
+      cores_(segs[engine.rank].control()->cores),
+      timeout_(timeout) {
   for (int r = 0; r < engine.size; ++r) {
     ctl_.push_back(segs[r].control());
+    cores_ = std::min(cores_, std::max(1, static_cast<int>(ctl_.back()->cores)));
     scratch_.push_back(segs[r].scratch());
     if (r != engine.rank) others_.push_back(r);
   }
@@ -102,15 +108,16 @@ void ShmGroupImpl::transfer(int r, bool to_peer, uint8_t* local, uint8_t* remote
 void ShmGroupImpl::quiesce_writes() {
   if (!single_copy_) return;
   const uint32_t me = static_cast<uint32_t>(engine_.rank) + 1;
-  // A piece is at most kTransferPiece bytes (well under a millisecond); the bound is for a writer
-  // that is stopped or starved of a core for longer, which can no longer be told apart from one
-  // that hangs.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  // A piece is at most kTransferPiece bytes (well under a millisecond), but a writer may be
+  // stopped or starved of a core for long: only its exit ends the wait early, as a piece landing
+  // after the caller got its buffer back would corrupt memory. The group's timeout bounds a
+  // writer that hangs.
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
   for (int r : others_) {
     while (ctl_[r]->writing_to.load(std::memory_order_seq_cst) == me && !engine_.exited(r)) {
       if (std::chrono::steady_clock::now() >= deadline) {
-        SHOAL_LOG(warn, "rank %d still writes into rank %d's buffer 1 s after rank %d's op failed", r, engine_.rank,
-                  engine_.rank);
+        SHOAL_LOG(warn, "rank %d still writes into rank %d's buffer %.0f s after rank %d's op failed", r, engine_.rank,
+                  std::chrono::duration<double>(timeout_).count(), engine_.rank);
         return;
       }
       sched_yield();

@@ -1,6 +1,7 @@
 // ShmGroup over the segments mapped at rendezvous; its barrier waits through the engine, so a
 // dead or aborted peer and the op's deadline end the wait.
 #pragma once
+#include <chrono>
 #include <vector>
 
 #include "core/engine.h"
@@ -12,8 +13,9 @@ namespace shoal {
 class ShmGroupImpl : public ShmGroup {
  public:
   // segs[r] is rank r's segment mapped here (segs[rank] is this rank's own); single_copy: the
-  // group's probe found that every rank may read every other's memory.
-  ShmGroupImpl(Engine& engine, const std::vector<ShmSegment>& segs, bool single_copy);
+  // group's probe found that every rank may read every other's memory; timeout: the group's, the
+  // longest quiesce_writes() waits for a writer that is alive.
+  ShmGroupImpl(Engine& engine, const std::vector<ShmSegment>& segs, bool single_copy, std::chrono::milliseconds timeout);
   int rank() const override { return engine_.rank; }
   int size() const override { return engine_.size; }
   uint8_t* scratch(int r) override { return scratch_[r]; }
@@ -22,6 +24,7 @@ class ShmGroupImpl : public ShmGroup {
   void wait(bool (*done)(void*), void* arg, int peer) override;
   void ring_peers() override;
   bool single_copy() const override { return single_copy_; }
+  int cores() const override { return cores_; }
   void read(int r, const void* remote, void* local, size_t n) override;
   void write(int r, const void* local, void* remote, size_t n) override;
   void quiesce_writes() override;
@@ -33,6 +36,8 @@ class ShmGroupImpl : public ShmGroup {
   std::vector<int> others_;
   size_t scratch_bytes_;
   bool single_copy_;
+  int cores_;
+  std::chrono::milliseconds timeout_;
   // read() and write(): n bytes between `local` and `remote` (in rank r's process), in pieces,
   // to the peer or from it; a failure is the PeerError that says why.
   void transfer(int r, bool to_peer, uint8_t* local, uint8_t* remote, size_t n);

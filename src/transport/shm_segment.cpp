@@ -1,5 +1,7 @@
 #include "transport/shm_segment.h"
 
+#include <algorithm>
+#include <thread>
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -18,7 +20,9 @@
 
 namespace shoal {
 namespace {
-constexpr uint64_t kSegMagic = 0x53484f414c534547ull;  // "SHOALSEG"
+// "SHOALSG" and the layout's version (2: writing_to and cores in ShmControl): a peer of another
+// build fails the check instead of misreading the block.
+constexpr uint64_t kSegMagic = 0x53484f414c534702ull;
 constexpr size_t kPage = 4096;
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
@@ -98,6 +102,7 @@ ShmSegment ShmSegment::create(const std::string& name, int size, size_t ring_byt
   c->pid = getpid();
   c->self_addr = reinterpret_cast<uintptr_t>(c);
   c->size = size;
+  c->cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   c->ring_bytes = ring_bytes;
   c->scratch_bytes = scratch_bytes;
   for (int r = 0; r < size; ++r) new (s.ring(r)) ShmRing();

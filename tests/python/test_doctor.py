@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import socket
 import subprocess
 import sys
@@ -50,11 +51,13 @@ def test_fields_match_the_machine():
     lim = lambda v: "unlimited" if v == resource.RLIM_INFINITY else str(v)  # noqa: E731
     assert s["file descriptors"]["ulimit -n (soft / hard)"] == f"{lim(soft)} / {lim(hard)}"
     names = {n for _, n in socket.if_nameindex()}
-    listed = {k.split(" ", 1)[1] for k in s["network"] if k.startswith("interface ")}
+    listed = {k.split(" ", 1)[1].split(":")[0] for k in s["network"] if k.startswith("interface ")}  # eth0:1 is eth0
     assert listed and listed <= names, (listed, names)
     assert "address advertised within this host" in s["network"]
     assert s["settings"] == {"SHOAL_*": "none set: the defaults (`shoal-doctor --params` lists them)"}
-    assert not warnings, warnings
+    # What this machine lacks (a small /dev/shm, no network but loopback) may be a warning; no
+    # setting is.
+    assert not [w for w in warnings if w.startswith("settings:")], warnings
 
 
 def test_the_machines_limits_move_the_report():
@@ -65,8 +68,9 @@ def test_the_machines_limits_move_the_report():
     cores = os.cpu_count()
     seg = s["shared memory"][f"segment per rank ({cores} ranks on this host)"]
     assert seg.endswith(f"{cores - 1} inbound ring(s) of 0.1 MiB, scratch 1.0 MiB"), seg
-    s, _ = doctor(prefix=("prlimit", "--nofile=40:60"))
-    assert s["file descriptors"]["ulimit -n (soft / hard)"] == "40 / 60"
+    if shutil.which("prlimit"):
+        s, _ = doctor(prefix=("prlimit", "--nofile=40:60"))
+        assert s["file descriptors"]["ulimit -n (soft / hard)"] == "40 / 60"
 
 
 def test_bad_and_misspelt_settings_are_warnings():
@@ -82,6 +86,7 @@ def test_bad_and_misspelt_settings_are_warnings():
 def test_a_group_of_three_reports_its_transports_and_times():
     s, warnings = doctor("-n", "3")
     t = s["trial group of 3 ranks"]
+    assert "error" not in t, t
     assert t["rank 0 to rank 1"] == "shm" and t["rank 0 to rank 2"] == "shm", t
     assert float(t["allreduce 4 KiB"].split()[0]) > 0 and float(t["allreduce 16 MiB"].split()[0]) > 0, t
     assert s["shared memory"]["all 3 ranks"]
@@ -133,3 +138,15 @@ def test_python_doctor_adds_torch_and_ray():
         assert s["ray"]["tensor transport 'shoal' registered"].startswith("yes"), s["ray"]
     r = subprocess.run([sys.executable, "-m", "shoal", "doctor", "-n", "0x"], capture_output=True, text=True)
     assert r.returncode == 2 and "invalid int value" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "shoal", "doctor", "-n", "0"], capture_output=True, text=True)
+    assert r.returncode == 2 and "from 1 to 4096" in r.stderr
+
+
+def test_python_doctor_runs_the_group_in_a_fresh_interpreter():
+    pytest.importorskip("torch")
+    r = subprocess.run([sys.executable, "-m", "shoal", "doctor", "-n", "2", "--json"], capture_output=True,
+                       text=True, timeout=180, env=CLEAN)
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    t = json.loads(r.stdout)["sections"]["trial group of 2 ranks"]
+    assert "error" not in t and t["rank 0 to rank 1"] == "shm", t
+    assert float(t["allreduce 4 KiB"].split()[0]) > 0, t

@@ -71,10 +71,16 @@ _INLINE_OPS = {op: dist.ReduceOp(op) for op in _REDUCE_OPS.values()}
 
 def default_timeout_s() -> float:
     """Deadline of every op and of the rendezvous: SHOAL_TIMEOUT (seconds) or the core's 300 s."""
-    try:
-        return float(os.environ.get("SHOAL_TIMEOUT", "300"))
-    except ValueError:
+    v = os.environ.get("SHOAL_TIMEOUT", "")
+    if not v:
         return 300.0
+    try:
+        s = float(v)
+    except ValueError:
+        s = float("nan")
+    if not 0.001 <= s <= 1e9:  # as the core reads it (NaN and inf fail too)
+        raise ValueError(f"SHOAL_TIMEOUT='{v}': expected seconds from 0.001 to 1000000000")
+    return s
 
 
 def rendezvous_key(group_name: str) -> str:

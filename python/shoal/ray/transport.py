@@ -149,10 +149,15 @@ class _BufferPool:
 
     @staticmethod
     def limit() -> int:
-        try:
-            return int(os.environ.get("SHOAL_RDT_POOL_BYTES", str(1 << 30)))
-        except ValueError:
+        """SHOAL_RDT_POOL_BYTES: bytes with an optional K, M or G, as shoal's other byte settings."""
+        v = os.environ.get("SHOAL_RDT_POOL_BYTES", "")
+        if not v:
             return 1 << 30
+        shift = {"k": 10, "m": 20, "g": 30}.get(v[-1].lower(), 0)
+        digits = v[:-1] if shift else v
+        if not digits.isdigit():
+            raise ValueError(f"SHOAL_RDT_POOL_BYTES='{v}': expected bytes (suffixes K, M, G)")
+        return int(digits) << shift
 
     def tensor(self, nbytes: int) -> "torch.Tensor":
         import numpy as np
