@@ -203,3 +203,38 @@ TEST(Params, ABadSettingFailsTheGroupOnEveryRank) {
     for (float v : y) SH_CHECK(v == 6.0f) << "allreduce gave " << v;
   }));
 }
+
+// SHOAL_ALGO names one algorithm for every op that has it, or one per op; an op it does not name,
+// or where the algorithm cannot run (direct over TCP), keeps its automatic choice; a bad op or
+// algorithm, or one the named op lacks, fails the group naming the variable.
+TEST(Params, AlgoPerOp) {
+  RunConfig cfg = transport_config("shm");
+  cfg.env.push_back({"SHOAL_ALGO", "allreduce:ring,broadcast:mst,alltoall:ring"});
+  EXPECT_TRUE(run_ranks(3, cfg, [](Communicator& c) {
+    SH_CHECK(c.algo_for("allreduce", 1 << 20) == Algo::ring) << algo_name(c.algo_for("allreduce", 1 << 20));
+    SH_CHECK(c.algo_for("broadcast", 8) == Algo::mst) << algo_name(c.algo_for("broadcast", 8));
+    SH_CHECK(c.algo_for("alltoall", 1 << 20) == Algo::ring) << algo_name(c.algo_for("alltoall", 1 << 20));
+    SH_CHECK(c.algo_for("reduce", 8) == Algo::direct) << "not named: the automatic choice over shm";
+    std::vector<float> x(1000, float(c.rank() + 1)), y(1000);  // and they run
+    c.allreduce(x.data(), y.data(), x.size(), DType::f32, ReduceOp::sum, {.blocking = true});
+    for (float v : y) SH_CHECK(v == 6.0f) << v;
+  }));
+  RunConfig tcp = transport_config("tcp");
+  tcp.env.push_back({"SHOAL_ALGO", "allreduce:direct"});
+  EXPECT_TRUE(run_ranks(2, tcp, [](Communicator& c) {
+    SH_CHECK(c.algo_for("allreduce", 8) != Algo::direct) << "direct needs shared memory";
+  }));
+  for (auto [value, says] : {std::pair{"allreduce:fastest", "unknown algorithm 'fastest'"},
+                             {"allreduces:ring", "unknown op 'allreduces' (allreduce, broadcast,"},
+                             {"broadcast:bde", "broadcast has no algorithm 'bde' (it has: "},
+                             {"allreduce:ring,bde", "'bde' is not op:algorithm"}}) {
+    RunConfig bad = transport_config("shm");
+    bad.env.push_back({"SHOAL_ALGO", value});
+    RunResult res = run_ranks_outcomes(2, bad, [](Communicator&) {});
+    for (const auto& r : res.ranks) {
+      EXPECT_EQ(r.error_kind, "setup") << r.describe();
+      EXPECT_NE(r.message.find("SHOAL_ALGO='" + std::string(value) + "': "), std::string::npos) << r.describe();
+      EXPECT_NE(r.message.find(says), std::string::npos) << r.describe();
+    }
+  }
+}

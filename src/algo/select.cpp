@@ -28,33 +28,6 @@ constexpr size_t kAllgatherRdBelow = size_t(8) << 20;           // allgather: rd
 constexpr size_t kReduceScatterHalvingBelow = 0;                // reduce_scatter: ring everywhere (halving never won)
 constexpr size_t kGatherLinearFrom = size_t(64) << 10;          // gather/scatter: mst below, linear above
 
-// The algorithms each op has (direct also needs Topo::shm, hier ranks on several hosts).
-bool has(OpKind k, Algo a) {
-  switch (k) {
-    case OpKind::allreduce:
-      return a == Algo::ring || a == Algo::bde || a == Algo::mst || a == Algo::direct || a == Algo::hier;
-    case OpKind::broadcast:
-      return a == Algo::mst || a == Algo::ring || a == Algo::scatter_allgather || a == Algo::linear ||
-             a == Algo::direct || a == Algo::hier;
-    case OpKind::reduce: return a == Algo::mst || a == Algo::ring || a == Algo::direct || a == Algo::hier;
-    case OpKind::allgatherv: return a == Algo::ring || a == Algo::rd || a == Algo::direct || a == Algo::hier;
-    case OpKind::reduce_scatter: return a == Algo::ring || a == Algo::rd || a == Algo::direct;
-    case OpKind::gather:
-    case OpKind::scatter: return a == Algo::mst || a == Algo::linear || a == Algo::direct;
-    case OpKind::alltoallv: return a == Algo::ring || a == Algo::direct;
-    case OpKind::barrier: return a == Algo::rd || a == Algo::direct;
-  }
-  return false;
-}
-
-std::string list_of(OpKind k) {
-  std::string s;
-  for (Algo a : {Algo::ring, Algo::bde, Algo::mst, Algo::direct, Algo::rd, Algo::scatter_allgather, Algo::linear,
-                 Algo::hier})
-    if (has(k, a)) s += (s.empty() ? "" : ", ") + std::string(algo_name(a));
-  return s;
-}
-
 }  // namespace
 
 const char* op_kind_name(OpKind k) {
@@ -72,6 +45,34 @@ const char* op_kind_name(OpKind k) {
   return "op";
 }
 
+// The algorithms each op has (direct also needs Topo::shm, hier ranks on several hosts).
+bool has_algo(OpKind k, Algo a) {
+  switch (k) {
+    case OpKind::allreduce:
+      return a == Algo::ring || a == Algo::bde || a == Algo::mst || a == Algo::direct || a == Algo::hier;
+    case OpKind::broadcast:
+      return a == Algo::mst || a == Algo::ring || a == Algo::scatter_allgather || a == Algo::linear ||
+             a == Algo::direct || a == Algo::hier;
+    case OpKind::reduce: return a == Algo::mst || a == Algo::ring || a == Algo::direct || a == Algo::hier;
+    case OpKind::allgatherv: return a == Algo::ring || a == Algo::rd || a == Algo::direct || a == Algo::hier;
+    case OpKind::reduce_scatter: return a == Algo::ring || a == Algo::rd || a == Algo::direct;
+    case OpKind::gather:
+    case OpKind::scatter: return a == Algo::mst || a == Algo::linear || a == Algo::direct;
+    case OpKind::alltoallv: return a == Algo::ring || a == Algo::direct;
+    case OpKind::barrier: return a == Algo::rd || a == Algo::direct;
+  }
+  return false;
+}
+
+std::string algos_of(OpKind k) {
+  std::string s;
+  for (Algo a : {Algo::ring, Algo::bde, Algo::mst, Algo::direct, Algo::rd, Algo::scatter_allgather, Algo::linear,
+                 Algo::hier})
+    if (has_algo(k, a)) s += (s.empty() ? "" : ", ") + std::string(algo_name(a));
+  return s;
+}
+
+
 Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo) {
   const bool shm_all = topo == Topo::shm;
   const bool several_hosts = topo == Topo::hosts || topo == Topo::hosts_shm;
@@ -84,9 +85,9 @@ Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo)
     if (static_cast<unsigned>(requested) > static_cast<unsigned>(Algo::hier))
       throw InvalidArgument(std::string(op_kind_name(kind)) + ": unknown algorithm " +
                             std::to_string(static_cast<int>(requested)));
-    if (!has(kind, requested))
+    if (!has_algo(kind, requested))
       throw InvalidArgument(std::string(op_kind_name(kind)) + ": algorithm '" + algo_name(requested) +
-                            "' does not apply (it has: " + list_of(kind) + ")");
+                            "' does not apply (it has: " + algos_of(kind) + ")");
     if (requested == Algo::direct && !shm_all)
       throw InvalidArgument(std::string(op_kind_name(kind)) +
                             ": algorithm 'direct' needs every rank on this host over shared memory");

@@ -63,13 +63,53 @@ void log_settings_once() {
   });
 }
 
-Algo env_algo() {
+// SHOAL_ALGO: one algorithm for every op that has it ("bde"), or one per op, named as the ops are
+// ("allreduce:bde,broadcast:ring"; the ops not named choose their own). Either applies where the
+// algorithm can run (direct: shared memory; hier: several hosts), the automatic choice elsewhere.
+struct EnvAlgos {
+  Algo all = Algo::automatic;
+  std::array<Algo, static_cast<size_t>(OpKind::barrier) + 1> per_op{};  // Algo::automatic (0) by default
+  Algo for_op(OpKind k) const { return per_op[static_cast<size_t>(k)] != Algo::automatic ? per_op[static_cast<size_t>(k)] : all; }
+};
+
+EnvAlgos env_algos() {
+  EnvAlgos e;
   const auto s = params::text("SHOAL_ALGO");
-  try {
-    return s ? parse_algo(*s) : Algo::automatic;
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument("SHOAL_ALGO='" + *s + "': " + e.what());
+  if (!s) return e;
+  auto fail = [&](const std::string& why) { throw InvalidArgument("SHOAL_ALGO='" + *s + "': " + why); };
+  auto algo = [&](const std::string& name) {
+    try {
+      return parse_algo(name);
+    } catch (const InvalidArgument& x) {
+      fail(x.what());
+    }
+    return Algo::automatic;
+  };
+  if (s->find(':') == std::string::npos) {
+    e.all = algo(*s);
+    return e;
   }
+  std::string ops;
+  for (size_t k = 0; k <= static_cast<size_t>(OpKind::barrier); ++k)
+    ops += (k ? ", " : "") + std::string(op_kind_name(static_cast<OpKind>(k)));
+  for (size_t start = 0; start <= s->size();) {
+    size_t end = s->find(',', start);
+    if (end == std::string::npos) end = s->size();
+    const std::string item = s->substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos) fail("'" + item + "' is not op:algorithm (e.g. allreduce:bde)");
+    const std::string op = item.substr(0, colon);
+    size_t k = 0;
+    while (k <= static_cast<size_t>(OpKind::barrier) && op != op_kind_name(static_cast<OpKind>(k))) ++k;
+    if (k > static_cast<size_t>(OpKind::barrier)) fail("unknown op '" + op + "' (" + ops + ")");
+    const Algo a = algo(item.substr(colon + 1));
+    if (a != Algo::automatic && !has_algo(static_cast<OpKind>(k), a))
+      fail(op + " has no algorithm '" + algo_name(a) + "' (it has: " + algos_of(static_cast<OpKind>(k)) + ")");
+    e.per_op[k] = a;
+  }
+  return e;
 }
 
 }  // namespace
@@ -82,7 +122,7 @@ struct Communicator::Impl final : WorkDriver {
   Topology topo;
   std::unique_ptr<ShmGroupImpl> shm;
   Scratch scratch;
-  Algo default_algo = Algo::automatic;
+  EnvAlgos env_algo;  // SHOAL_ALGO
   uint64_t coll_seq = 0;  // collectives submitted: part of every signature; under mu, in queue order
 
   struct Op {
@@ -194,9 +234,9 @@ struct Communicator::Impl final : WorkDriver {
     return count * es;
   }
   Algo pick(OpKind kind, Algo requested, size_t bytes) const {
-    if (requested == Algo::automatic && default_algo != Algo::automatic) {
+    if (const Algo forced = env_algo.for_op(kind); requested == Algo::automatic && forced != Algo::automatic) {
       try {
-        return choose_algo(kind, default_algo, bytes, size, topo.topo);
+        return choose_algo(kind, forced, bytes, size, topo.topo);
       } catch (const InvalidArgument&) {  // SHOAL_ALGO names an algorithm this op does not have
       }
     }
@@ -281,7 +321,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
   m.rank = rank;
   m.size = size;
   m.store = store;
-  m.default_algo = env_algo();
+  m.env_algo = env_algos();
   // Each construction of a group with this name is a new instance with fresh keys.
   int64_t n = store->add("shoal/" + opts.group_name + "/instances", 1);
   auto prefixed = std::make_shared<PrefixStore>("shoal/" + opts.group_name + "/" + std::to_string((n - 1) / size), store);

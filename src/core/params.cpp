@@ -35,7 +35,8 @@ const std::vector<Param> kParams = {
      "`auto`, `shm` (fail if a peer is not on this host) or `tcp` (TCP even between local peers)", "`auto`"},
     {"SHOAL_ALGO", Kind::text, 0, 0, nullptr,
      "force an algorithm where the op has it (`ring`, `bde`, `mst`, `direct`, `rd`, `scatter_allgather`, `linear`, "
-     "`hier`)",
+     "`hier`), or one per op: `allreduce:bde,broadcast:ring` (ops: `allreduce`, `broadcast`, `reduce`, "
+     "`allgather`, `reduce_scatter`, `gather`, `scatter`, `alltoall`, `barrier`; the others choose their own)",
      "automatic"},
     {"SHOAL_TIMEOUT", Kind::seconds, 0.001, 1e9, nullptr, "deadline of every op, seconds", "300"},
     {"SHOAL_TCP_STREAMS", Kind::integer, 1, 64, nullptr,
