@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <memory>
 #include <regex>
 #include <set>
@@ -779,6 +780,19 @@ std::string Suite::summary() const {
   for (auto& f : failures_) s += "\n    " + f;
   if (failed_ > failures_.size()) s += "\n    ...";
   return s;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 }  // namespace shoal_test

@@ -204,6 +204,11 @@ std::string expect_kind(const std::string& kind, const std::function<void()>& f)
 // Whether `msg` names rank `r` ("rank 2", "peer 2", "rank=2", "peer #2", case-insensitive).
 bool names_rank(const std::string& msg, int r);
 
+// ---- Text ------------------------------------------------------------------------------------
+
+std::string join(const std::vector<std::string>& v);  // "a, b, c"
+std::string slurp(const std::string& path);           // a file's contents ("" if it cannot be read)
+
 // ---- The environment ---------------------------------------------------------------------------
 
 // Sets (or, with null, unsets) an environment variable of this process for its lifetime, then

@@ -149,12 +149,6 @@ std::set<std::string> dev_shm_now() {
   return std::set<std::string>(v.begin(), v.end());
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-
 void expect_private_modes(const RunResult& res) {
   for (const auto& [name, mode] : res.shm_seen)
     EXPECT_EQ(mode, 0600u) << "/dev/shm/" << name << " has mode 0" << std::oct << mode << std::dec;

@@ -30,18 +30,6 @@ std::string invalid(F f) {
   return "";
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 }  // namespace
 
@@ -134,7 +122,7 @@ TEST(Params, CheckCoversEveryVariable) {
 }
 
 TEST(Params, TheReadmeTableIsTheRegistry) {
-  const std::string readme = read_file(SHOAL_SOURCE_DIR "/README.md");
+  const std::string readme = slurp(SHOAL_SOURCE_DIR "/README.md");
   ASSERT_FALSE(readme.empty());
   EXPECT_NE(readme.find(params::markdown_table()), std::string::npos)
       << "README.md's configuration table is not `shoal-run --settings`; put this there:\n"
@@ -156,7 +144,7 @@ TEST(Params, TheLibraryReadsSettingsThroughTheRegistryAlone) {
     while (dirent* e = readdir(d)) {
       const std::string name = e->d_name;
       if (name == "params.cpp" || name.size() < 3) continue;
-      const std::string text = read_file(path + "/" + name);
+      const std::string text = slurp(path + "/" + name);
       if (text.find("getenv(\"SHOAL_") != std::string::npos) offenders.push_back(std::string(dir) + "/" + name);
     }
     closedir(d);

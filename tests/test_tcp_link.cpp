@@ -40,6 +40,7 @@ using namespace std::chrono_literals;
 using shoal::Bytes;
 using shoal::Link;
 using shoal::Millis;
+using shoal_test::slurp;
 using shoal::Request;
 using Clock = std::chrono::steady_clock;
 
@@ -269,13 +270,6 @@ std::vector<int> run_procs(const std::string& dir, int n, const std::function<in
     std::this_thread::sleep_for(2ms);
   }
   return codes;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 class TcpLinkTest : public ::testing::Test {
