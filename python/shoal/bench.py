@@ -35,6 +35,10 @@ import argparse
 import json
 import os
 import time
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+if TYPE_CHECKING:
+    import torch
 
 from .bench_zero import bench_zero, print_zero
 from .deepspeed_peer import DeepSpeedShm
@@ -181,7 +185,7 @@ class ShoalInline:
         self._group = dist.new_group(backend="shoal")
         self._all_reduce_ = shoal.torch.all_reduce_
 
-    def all_reduce(self, t) -> None:
+    def all_reduce(self, t: "torch.Tensor") -> None:
         self._all_reduce_(t, group=self._group)
 
 
@@ -369,7 +373,7 @@ def _row_line(row, backends) -> str:
     return f"{fmt_size(row['bytes']):>10} {row['iters']:>6}{cols}{ratios}  {row['check']}"
 
 
-def print_tables(result) -> None:
+def print_tables(result: Dict[str, Any]) -> None:
     backends, p = result["backends"], result["ranks"]
     for op in dict.fromkeys(r["op"] for r in result["rows"]):
         print(_header(op, p, backends))
@@ -393,7 +397,7 @@ def print_tables(result) -> None:
         print_zero(result["zero"], [b for b in backends if f"{b}_ms" in result["zero"][0]], p)
 
 
-def plot(result, path: str) -> None:
+def plot(result: Dict[str, Any], path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -424,7 +428,7 @@ def plot(result, path: str) -> None:
     plt.close(fig)
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m shoal.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", "--ranks", type=int, default=2, help="ranks (local processes)")

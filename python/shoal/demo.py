@@ -18,13 +18,17 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+
+if TYPE_CHECKING:
+    import torch
 
 SEED = 0
 BATCH = 64  # global batch; each rank takes BATCH // world_size samples of it
 LR = 0.05
 
 
-def load_digits_split():
+def load_digits_split() -> "tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]":
     """(x_train, y_train, x_test, y_test) as float32/int64 tensors, a fixed 80/20 split."""
     import torch
     from sklearn.datasets import load_digits
@@ -38,7 +42,7 @@ def load_digits_split():
     return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
 
 
-def make_model(seed: int = SEED, hidden: int = 128):
+def make_model(seed: int = SEED, hidden: int = 128) -> "torch.nn.Module":
     import torch
     import torch.nn as nn
 
@@ -46,8 +50,9 @@ def make_model(seed: int = SEED, hidden: int = 128):
     return nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 10))
 
 
-def train(rank: int, world_size: int, group=None, epochs: int = 8, mode: str = "ddp", verbose: bool = False,
-          label: str = "", comm_hook=None):
+def train(rank: int, world_size: int, group: Optional["torch.distributed.ProcessGroup"] = None, epochs: int = 8,
+          mode: str = "ddp", verbose: bool = False, label: str = "",
+          comm_hook: Optional[Callable[..., Any]] = None) -> Dict[str, Any]:
     """Trains make_model() on the digits with `mode` "ddp" (DistributedDataParallel over `group`,
     with `comm_hook` registered if given) or "fsdp" (FSDP2 fully_shard over a device mesh of
     `group`). Returns {"losses": per-epoch loss averaged over all steps and ranks, "accuracy": on
@@ -119,7 +124,7 @@ def _rank(rank, world_size, backend, epochs):
         dist.destroy_process_group()
 
 
-def main(argv=None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", type=int, default=4, help="ranks (local processes)")
     p.add_argument("--backends", default="shoal,gloo")

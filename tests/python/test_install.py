@@ -1,6 +1,7 @@
 """The installed package: its version, which torch it was built against, and what another torch gets."""
 
 import importlib.metadata
+import importlib.util
 import os
 import subprocess
 import sys
@@ -72,3 +73,34 @@ def test_another_build_of_the_same_release_is_accepted():
     other_build = release(torch.__version__) + "+cu999"
     r = python(f"import torch; torch.__version__ = {other_build!r}; import shoal.torch; print('ok')")
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+def test_public_python_api_is_typed():
+    """Every public function and method of the package's modules (their __all__, or their public
+    names) annotates its parameters and its return, as py.typed promises to type checkers."""
+    import inspect
+
+    modules = ["shoal", "shoal.torch", "shoal.doctor", "shoal.bench", "shoal.demo"]
+    if importlib.util.find_spec("ray") is not None:
+        modules += ["shoal.ray", "shoal.ray.group", "shoal.ray.transport", "shoal.ray.worker_group"]
+    missing = []
+    for name in modules:
+        mod = importlib.import_module(name)
+        for attr in getattr(mod, "__all__", None) or [n for n in dir(mod) if not n.startswith("_")]:
+            obj = getattr(mod, attr, None)
+            if getattr(obj, "__module__", None) != name:
+                continue  # imported from elsewhere
+            funcs = [(attr, obj)]
+            if inspect.isclass(obj):
+                funcs = [(f"{attr}.{k}", v) for k, v in vars(obj).items()
+                         if (not k.startswith("_") or k == "__init__") and inspect.isfunction(v)]
+            for qual, f in funcs:
+                if not inspect.isfunction(f):
+                    continue
+                sig = inspect.signature(f)
+                bare = [p.name for p in sig.parameters.values() if p.name not in ("self", "cls")
+                        and p.annotation is inspect.Parameter.empty]
+                if bare or (sig.return_annotation is inspect.Signature.empty and f.__name__ != "__init__"):
+                    missing.append(f"{name}.{qual}: parameters {bare}"
+                                   + (", return" if sig.return_annotation is inspect.Signature.empty else ""))
+    assert not missing, "\n".join(missing)

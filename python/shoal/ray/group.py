@@ -47,6 +47,9 @@ from ray.util.collective.types import (
 
 from .. import _C
 
+# What Ray's collective calls take: a tensor or NumPy array, or a list of them (one per device).
+Tensors = Any
+
 BACKEND = "SHOAL"
 
 _REDUCE_OPS = {
@@ -277,7 +280,7 @@ class ShoalGroup(BaseGroup):
         """How this rank reaches each rank: 'self', 'shm' or 'tcp'."""
         return list(self._live().transports())
 
-    def allreduce(self, tensor, allreduce_options=AllReduceOptions()) -> None:
+    def allreduce(self, tensor: Tensors, allreduce_options: AllReduceOptions = AllReduceOptions()) -> None:
         with self._arguments("allreduce"):
             c = _Contiguous(_single(tensor, "allreduce", written=True))
             op = self._op(allreduce_options)
@@ -291,10 +294,10 @@ class ShoalGroup(BaseGroup):
         self._run(work, allreduce_options)
         c.done()
 
-    def barrier(self, barrier_options=BarrierOptions()) -> None:
+    def barrier(self, barrier_options: BarrierOptions = BarrierOptions()) -> None:
         self._run(self._live().barrier(dist.BarrierOptions()), barrier_options)
 
-    def reduce(self, tensor, reduce_options=ReduceOptions()) -> None:
+    def reduce(self, tensor: Tensors, reduce_options: ReduceOptions = ReduceOptions()) -> None:
         with self._arguments("reduce"):
             root = self._root(reduce_options, "reduce")
             # The backend only reads a non-root rank's input: it stays as it was.
@@ -307,7 +310,8 @@ class ShoalGroup(BaseGroup):
         if self._rank == root:
             c.done()
 
-    def allgather(self, tensor_list, tensor, allgather_options=AllGatherOptions()) -> None:
+    def allgather(self, tensor_list: List[Any], tensor: Tensors,
+                  allgather_options: AllGatherOptions = AllGatherOptions()) -> None:
         with self._arguments("allgather"):
             outs = [_Contiguous(t) for t in _single_list(tensor_list, "allgather", written=True)]
             t = _single(tensor, "allgather", written=False).contiguous()
@@ -318,7 +322,7 @@ class ShoalGroup(BaseGroup):
         for c in outs:
             c.done()
 
-    def broadcast(self, tensor, broadcast_options=BroadcastOptions()) -> None:
+    def broadcast(self, tensor: Tensors, broadcast_options: BroadcastOptions = BroadcastOptions()) -> None:
         with self._arguments("broadcast"):
             o = dist.BroadcastOptions()
             o.rootRank = self._root(broadcast_options, "broadcast")
@@ -328,7 +332,8 @@ class ShoalGroup(BaseGroup):
         if self._rank != o.rootRank:
             c.done()
 
-    def reducescatter(self, tensor, tensor_list, reducescatter_options=ReduceScatterOptions()) -> None:
+    def reducescatter(self, tensor: Tensors, tensor_list: List[Any],
+                      reducescatter_options: ReduceScatterOptions = ReduceScatterOptions()) -> None:
         with self._arguments("reducescatter"):
             c = _Contiguous(_single(tensor, "reducescatter", written=True))
             ins = [t.contiguous() for t in _single_list(tensor_list, "reducescatter", written=False)]
@@ -340,12 +345,12 @@ class ShoalGroup(BaseGroup):
         self._run(work, reducescatter_options)
         c.done()
 
-    def send(self, tensor, send_options: SendOptions) -> None:
+    def send(self, tensor: Tensors, send_options: SendOptions) -> None:
         with self._arguments("send"):
             t = _single(tensor, "send", written=False)
         self.send_tagged(t, send_options.dst_rank, 0, _timeout(send_options))
 
-    def recv(self, tensor, recv_options: RecvOptions) -> None:
+    def recv(self, tensor: Tensors, recv_options: RecvOptions) -> None:
         with self._arguments("recv"):
             t = _single(tensor, "recv", written=True)
         # Ray's RecvOptions names its timeout field `unset_timeout_ms` (a typo upstream).

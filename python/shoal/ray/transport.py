@@ -53,6 +53,7 @@ from ray.experimental.rdt.collective_tensor_transport import (
 from ray.experimental.rdt.tensor_transport_manager import CommunicatorMetadata, TensorTransportMetadata
 
 if TYPE_CHECKING:
+    import ray
     import torch
 
 TRANSPORT_NAME = "SHOAL"  # Ray upper-cases transport names; "shoal" in user code is the same
@@ -259,7 +260,8 @@ class ShoalTensorTransport(CollectiveTensorTransport):
         # aborts the communicator; Ray then kills the two actors, as for its GLOO transport.
         return False
 
-    def get_communicator_metadata(self, src_actor, dst_actor, backend: Optional[str] = None):
+    def get_communicator_metadata(self, src_actor: "ray.actor.ActorHandle", dst_actor: "ray.actor.ActorHandle",
+                                  backend: Optional[str] = None) -> CommunicatorMetadata:
         """The ranks of both actors in their shoal group. Runs on the ref's owner, often in a
         callback thread where an exception would be lost and the consumer would wait for Ray's
         fetch timeout (60 s); so a missing group travels to both actors as an error instead: the
@@ -272,7 +274,7 @@ class ShoalTensorTransport(CollectiveTensorTransport):
                 f"{e} Both actors must be in one group made by "
                 "ray.experimental.collective.create_collective_group(actors, backend='shoal')."))
 
-    def extract_tensor_transport_metadata(self, obj_id: str, rdt_object: List["torch.Tensor"]):
+    def extract_tensor_transport_metadata(self, obj_id: str, rdt_object: List["torch.Tensor"]) -> TensorTransportMetadata:
         import torch
 
         for t in rdt_object:
@@ -356,7 +358,8 @@ class ShoalTensorTransport(CollectiveTensorTransport):
                 out[i] = target_buffers[i] if target_buffers else torch.empty(shape, dtype=dtype, device=device)
         return out
 
-    def garbage_collect(self, obj_id: str, tensor_transport_meta: TensorTransportMetadata, tensors) -> None:
+    def garbage_collect(self, obj_id: str, tensor_transport_meta: TensorTransportMetadata,
+                        tensors: List["torch.Tensor"]) -> None:
         pass  # nothing registered: the RDT store's reference is the only thing to drop
 
     def abort_transport(self, obj_id: str, communicator_metadata: CommunicatorMetadata) -> None:

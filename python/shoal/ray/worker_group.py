@@ -370,22 +370,22 @@ class WorkerGroup:
         if self._shut_down:
             raise RuntimeError("shoal.ray.WorkerGroup: the group has been shut down")
 
-    def execute_async(self, fn: Callable, *args, **kwargs) -> list:
+    def execute_async(self, fn: Callable, *args: Any, **kwargs: Any) -> list:
         """Starts ``fn(*args, **kwargs)`` on every worker; returns their ObjectRefs in rank order.
         Failures are the caller's to handle (``ray.get`` raises; the group stays up)."""
         self._check_alive()
         return [a.execute.remote(fn, args, kwargs) for a in self._actors]
 
-    def execute_single_async(self, rank: int, fn: Callable, *args, **kwargs):
+    def execute_single_async(self, rank: int, fn: Callable, *args: Any, **kwargs: Any) -> "ray.ObjectRef":
         self._check_alive()
         return self._actors[rank].execute.remote(fn, args, kwargs)
 
-    def execute(self, fn: Callable, *args, **kwargs) -> list:
+    def execute(self, fn: Callable, *args: Any, **kwargs: Any) -> list:
         """Runs ``fn(*args, **kwargs)`` on every worker; returns the results in rank order. If a
         worker raises or dies, shuts the group down and raises :class:`WorkerGroupError`."""
         return self._gather(self.execute_async(fn, *args, **kwargs), _name(fn))
 
-    def execute_single(self, rank: int, fn: Callable, *args, **kwargs):
+    def execute_single(self, rank: int, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         """Runs ``fn(*args, **kwargs)`` on the worker of `rank`; as :meth:`execute`."""
         if not 0 <= rank < len(self._actors):
             raise IndexError(f"shoal.ray.WorkerGroup: rank {rank} out of range (world size {len(self._actors)})")

@@ -12,6 +12,9 @@ registers its creator with :meth:`torch.distributed.Backend.register_backend`.
 
 from __future__ import annotations
 
+import datetime
+from typing import Any, Optional
+
 import torch
 import torch.distributed as dist
 
@@ -40,7 +43,7 @@ def register() -> None:
     dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=DEVICES)
 
 
-def is_shoal_group(group=None) -> bool:
+def is_shoal_group(group: Optional[dist.ProcessGroup] = None) -> bool:
     """Whether `group` (default: the default group) runs on shoal for CPU tensors."""
     import torch
 
@@ -51,7 +54,8 @@ def is_shoal_group(group=None) -> bool:
         return False
 
 
-def monitored_barrier(group=None, timeout=None, wait_all_ranks: bool = False) -> None:
+def monitored_barrier(group: Optional[dist.ProcessGroup] = None, timeout: Optional[datetime.timedelta] = None,
+                      wait_all_ranks: bool = False) -> None:
     """torch.distributed.monitored_barrier for shoal groups (torch's Python function accepts only
     gloo groups; the C++ backend implements the op as gloo does, through the store): rank 0
     raises naming the ranks that did not arrive within `timeout`."""
@@ -88,7 +92,7 @@ def _inline_entry(group):
     return pg, backend
 
 
-def all_reduce_(tensor, op=_SUM, group=None):
+def all_reduce_(tensor: torch.Tensor, op: Any = _SUM, group: Optional[dist.ProcessGroup] = None) -> torch.Tensor:
     """``torch.distributed.all_reduce(tensor, op, group)`` for a contiguous CPU tensor on a shoal
     group, without torch.distributed's Python, Work or future: the op runs on this thread and is
     done when this returns (as DeepSpeed's ``inference_all_reduce_``, for CPU tensor-parallel
