@@ -24,6 +24,7 @@
 #include <stdexcept>
 
 #include "bench/bench.h"
+#include "core/text.h"
 #include "shoal/error.h"
 
 namespace shoal::bench {
@@ -134,22 +135,6 @@ struct Backends {
   std::vector<std::string> notes;  // header lines of peers asked for but not available
 };
 
-std::string machine_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      auto c = line.find(':');
-      if (c != std::string::npos) {
-        std::string m = line.substr(c + 1);
-        m.erase(0, m.find_first_not_of(" \t"));
-        return m;
-      }
-    }
-  }
-  return "unknown";
-}
-
 int machine_nproc() {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<int>(n) : 1;
@@ -160,28 +145,6 @@ std::string affinity_note() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) >= machine_nproc()) return "";
   return ", rank 0 bound to " + std::to_string(CPU_COUNT(&set)) + " of them";
-}
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      case '\r': o += "\\r"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += static_cast<char>(c);
-        }
-    }
-  }
-  return o;
 }
 
 std::string json_num(double v) {
@@ -217,7 +180,7 @@ class Printer {
     std::printf("# shoal-bench %s  ranks %d  dtype %s  op %s  algo %s  transport %s (%s)\n", op_name(cfg_.op), p,
                 dtype_name(cfg_.dtype), reduce_op_name(cfg_.rop), cfg_.algo_str.c_str(), cfg_.transport.c_str(),
                 transport_used.c_str());
-    std::printf("# machine: %d x %s%s\n", machine_nproc(), machine_model().c_str(), affinity_note().c_str());
+    std::printf("# machine: %d x %s%s\n", machine_nproc(), cpu_model().c_str(), affinity_note().c_str());
     if (cfg_.iters > 0)
       std::printf("# timing: %d iterations per size", cfg_.iters);
     else
@@ -365,7 +328,7 @@ void write_json(const Config& cfg, int p, const std::string& transport_used, con
   f << "  \"transport_used\": \"" << json_escape(transport_used) << "\",\n";
   f << "  \"algo\": \"" << json_escape(cfg.algo_str) << "\",\n";
   f << "  \"fresh\": " << (cfg.fresh ? "true" : "false") << ",\n";
-  f << "  \"machine\": {\"nproc\": " << machine_nproc() << ", \"model\": \"" << json_escape(machine_model()) << "\"},\n";
+  f << "  \"machine\": {\"nproc\": " << machine_nproc() << ", \"model\": \"" << json_escape(cpu_model()) << "\"},\n";
   if (floors)
     f << "  \"floors\": {\"memory_bw_GBps\": " << json_num(floors->bw_bytes_per_s / 1e9)
       << ", \"memory_bw_threads\": " << floors->bw_threads

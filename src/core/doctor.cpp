@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
-#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,13 +20,16 @@
 
 #include "core/params.h"
 #include "core/rendezvous.h"
+#include "core/text.h"
 #include "reduce/kernels.h"
 #include "shoal/communicator.h"
 #include "shoal/error.h"
 #include "shoal/store.h"
 #include "shoal/version.h"
+#include "transport/cma.h"
 #include "transport/fd_limit.h"
 #include "transport/net_address.h"
+#include "transport/tcp_link.h"
 
 #ifndef SHOAL_BUILD_FLAGS
 #define SHOAL_BUILD_FLAGS "unknown"
@@ -53,16 +55,6 @@ std::string first_line_of(const char* path) {
   return s;
 }
 
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  for (std::string line; std::getline(f, line);)
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      return colon == std::string::npos ? line : line.substr(colon + 2);
-    }
-  return "unknown";
-}
-
 const char* compiler() {
 #if defined(__clang__)
   return "clang " __clang_version__;
@@ -73,18 +65,14 @@ const char* compiler() {
 #endif
 }
 
-// Whether a child of this process may read its memory: the question a group's probe asks of each
-// peer (transport/cma.h), asked here without a group.
+// Whether a child of this process may read its memory: a group's probe of each peer
+// (cma::probe), asked here without a group.
 bool single_copy_permitted() {
-  static volatile uint64_t word = 0x5eed5eed5eedull;
+  static const uint64_t word = 0x5eed5eed5eedull;
   const pid_t parent = getpid();
   const pid_t child = fork();
   if (child < 0) return false;
-  if (child == 0) {
-    uint64_t got = 0;
-    iovec l{&got, sizeof got}, r{const_cast<uint64_t*>(&word), sizeof got};
-    _exit(process_vm_readv(parent, &l, 1, &r, 1, 0) == sizeof got && got == word ? 0 : 1);
-  }
+  if (child == 0) _exit(cma::probe(parent, reinterpret_cast<uintptr_t>(&word), word) ? 0 : 1);
   int status = 0;
   pid_t got;
   while ((got = waitpid(child, &status, 0)) < 0 && errno == EINTR) {
@@ -175,11 +163,14 @@ void fd_section(Items& out, int ranks) {
   auto lim = [](rlim_t v) { return v == RLIM_INFINITY ? std::string("unlimited") : std::to_string(v); };
   out.push_back({S, "ulimit -n (soft / hard)", lim(l.rlim_cur) + " / " + lim(l.rlim_max)});
   out.push_back({S, "open now", std::to_string(open_fd_count())});
-  // A shared-memory peer costs a pidfd; a TCP peer its streams and the control connection.
-  const size_t shm_need = static_cast<size_t>(ranks - 1), tcp_need = static_cast<size_t>(ranks - 1) * 5;
+  // A shared-memory peer costs a pidfd; a TCP peer on another host its streams and the control
+  // connection.
+  const int streams = TcpConfig{}.streams;
+  const size_t shm_need = static_cast<size_t>(ranks - 1), tcp_need = static_cast<size_t>(ranks - 1) * (streams + 1);
   out.push_back({S, "a rank of " + std::to_string(ranks) + " needs",
                  std::to_string(shm_need) + " over shared memory, up to " + std::to_string(tcp_need) +
-                     " over TCP to other hosts (4 streams and a control connection per peer)"});
+                     " over TCP to other hosts (" + std::to_string(streams) +
+                     " streams and a control connection per peer)"});
   if (l.rlim_max != RLIM_INFINITY && l.rlim_max < tcp_need + 64)
     out.push_back({S, "room", "the hard limit " + lim(l.rlim_max) + " is below what a rank of " + std::to_string(ranks) +
                                   " may need over TCP: raise it (ulimit -Hn) or set SHOAL_TCP_STREAMS=1", true});
@@ -208,12 +199,11 @@ void settings_section(Items& out) {
   const char* S = "settings";
   bool any = false;
   for (const params::Param& p : params::all()) {
-    const char* v = std::getenv(p.name);
-    if (!v || !*v) continue;  // empty reads as unset
+    const auto shown = params::shown(p);
+    if (!shown) continue;
     any = true;
     const std::string err = params::check(p);
-    const std::string shown = std::strcmp(p.name, "SHOAL_STORE_TOKEN") ? v : "(set)";
-    out.push_back({S, p.name, err.empty() ? shown : err, !err.empty()});
+    out.push_back({S, p.name, err.empty() ? *shown : err, !err.empty()});
   }
   for (const std::string& t : params::probable_typos()) {
     out.push_back({S, t.substr(0, t.find(' ')), "is not a shoal setting" + t.substr(t.find(' ')), true});
@@ -222,19 +212,7 @@ void settings_section(Items& out) {
   if (!any) out.push_back({S, "SHOAL_*", "none set: the defaults (`shoal-doctor --params` lists them)"});
 }
 
-std::string json_str(const std::string& s) {
-  std::string o = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') o += '\\', o += static_cast<char>(c);
-    else if (c == '\n') o += "\\n";
-    else if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      o += b;
-    } else o += static_cast<char>(c);
-  }
-  return o + "\"";
-}
+std::string json_str(const std::string& s) { return "\"" + json_escape(s) + "\""; }
 
 // ---- the trial group -----------------------------------------------------------------------------
 

@@ -242,13 +242,17 @@ std::string markdown_table() {
   return t;
 }
 
+std::optional<std::string> shown(const Param& p) {
+  const char* v = std::getenv(p.name);
+  if (!v || !*v) return std::nullopt;  // empty reads as unset
+  // The token is a secret: say that it is set, not what it is.
+  return std::strcmp(p.name, "SHOAL_STORE_TOKEN") ? std::string(v) : std::string("(set)");
+}
+
 std::vector<std::string> set_in_environment() {
   std::vector<std::string> out;
   for (const Param& p : kParams)
-    if (const char* v = std::getenv(p.name); v && *v) {  // empty reads as unset
-      // The token is a secret: say that it is set, not what it is.
-      out.push_back(std::string(p.name) + "=" + (std::strcmp(p.name, "SHOAL_STORE_TOKEN") ? v : "(set)"));
-    }
+    if (auto v = shown(p)) out.push_back(std::string(p.name) + "=" + *v);
   return out;
 }
 

@@ -39,7 +39,9 @@ std::string check(const Param& p);
 
 // The README's configuration table: a header and one row per variable.
 std::string markdown_table();
-// The registered variables set in this process's environment, "NAME=value" each.
+// `p`'s value as a report may show it: nothing if unset or empty, "(set)" for a secret.
+std::optional<std::string> shown(const Param& p);
+// The registered variables set in this process's environment, "NAME=value" each (as shown()).
 std::vector<std::string> set_in_environment();
 // SHOAL_* variables set here that are not shoal's but within two edits of one of its names,
 // each with that name ("SHOAL_TIMOUT (did you mean SHOAL_TIMEOUT?)"): probable typos.
