@@ -345,13 +345,20 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
   };
   m.engine->peer_abort_reason = [prefixed](int peer) -> std::string {
     // The peer publishes before it closes its links, so the key is there by the time we see
-    // the connection drop; wait briefly in case the store lags.
-    const std::string key = "abort/" + std::to_string(peer);
-    try {
-      return prefixed->get_string(key, Millis(200));
-    } catch (const Timeout&) {
-      return "";
-    }
+    // the connection drop; wait briefly in case the store lags. Bounded as the publication is:
+    // a client's get waits for the server's reply well past its own timeout (kReplyGrace), so
+    // with the store's host unreachable the get alone took 10 s; it goes on in the background.
+    auto got = std::make_shared<std::promise<std::string>>();
+    auto reason = got->get_future();
+    std::thread([prefixed, peer, got] {
+      std::string v;
+      try {
+        v = prefixed->get_string("abort/" + std::to_string(peer), Millis(200));
+      } catch (...) {  // not published in time, or the store is gone
+      }
+      got->set_value(v);
+    }).detach();
+    return reason.wait_for(kAbortPublishWait) == std::future_status::ready ? reason.get() : "";
   };
   if (m.topo.shm_all) m.shm = std::make_unique<ShmGroupImpl>(*m.engine, m.topo.segs, m.topo.single_copy, m.opts.timeout);
   m.thread = std::thread([this] { impl_->loop(); });

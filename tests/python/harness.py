@@ -17,11 +17,12 @@ pooled suites again that way on a GPU machine. Unset (CI): the CPU.
 from __future__ import annotations
 
 import os
+import subprocess
 from datetime import timedelta
 
 from shoal._launch import Ranks, RankFailure, answer, free_port, launch
 
-__all__ = ["DEFAULT_TIMEOUT", "Group", "RankFailure", "free_port", "spawn"]
+__all__ = ["DEFAULT_TIMEOUT", "Group", "RankFailure", "can_make_containers", "container_argv", "free_port", "spawn"]
 
 DEFAULT_TIMEOUT = 120.0  # seconds a test case may take on every rank
 TEST_DEVICE = os.environ.get("SHOAL_TEST_DEVICE", "cpu")
@@ -110,3 +111,20 @@ def spawn(fn, world_size: int, *args, timeout: float = DEFAULT_TIMEOUT, allow_ex
     no process group). Returns the results; ranks in `allow_exit` may die without answering
     (their result is None)."""
     return launch(fn, world_size, *args, timeout=timeout, allow_exit=allow_exit)
+
+
+# A container: its own IPC and mount namespaces with a /dev/shm of `size`; the network stays the
+# host's (as with Docker's host network, or a bridge: what matters here is /dev/shm).
+_CONTAINER = "mount --make-rprivate / && mount -t tmpfs -o size={size} tmpfs /dev/shm && exec \"$@\""
+
+
+def container_argv(size: str) -> list:
+    """The words that run the command after them in a container with a /dev/shm of `size`."""
+    return ["unshare", "--mount", "--ipc", "sh", "-c", _CONTAINER.format(size=size), "sh"]
+
+
+def can_make_containers() -> bool:
+    try:
+        return subprocess.run([*container_argv("1m"), "true"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False

@@ -13,29 +13,18 @@ import textwrap
 
 import pytest
 
-from harness import free_port
-
-# The container: its own /dev/shm of {size}; the network stays the host's (as with Docker's
-# host network, or a bridge: what matters here is /dev/shm).
-CONTAINER = "mount --make-rprivate / && mount -t tmpfs -o size={size} tmpfs /dev/shm && exec \"$@\""
+from harness import can_make_containers, container_argv, free_port
 
 
 def in_container(size: str, argv, env=None, timeout=120, wait=True):
-    cmd = ["unshare", "--mount", "--ipc", "sh", "-c", CONTAINER.format(size=size), "sh", *argv]
+    cmd = [*container_argv(size), *argv]
     kw = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
     if not wait:
         return subprocess.Popen(cmd, **kw)
     return subprocess.run(cmd, timeout=timeout, **kw)
 
 
-def _can_make_containers() -> bool:
-    try:
-        return in_container("1m", ["true"], timeout=20).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _can_make_containers(), reason="cannot make IPC and mount namespaces here")
+pytestmark = pytest.mark.skipif(not can_make_containers(), reason="cannot make IPC and mount namespaces here")
 
 
 RANK = textwrap.dedent("""

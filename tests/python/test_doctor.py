@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from harness import can_make_containers, container_argv
+
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 DOCTOR = os.path.join(ROOT, "build", "shoal-doctor")
 
@@ -95,17 +97,9 @@ def test_a_group_of_three_reports_its_transports_and_times():
     assert s["trial group of 2 ranks"]["single copy"] == "off"
 
 
-def _can_make_containers() -> bool:
-    try:
-        return subprocess.run(["unshare", "--mount", "--ipc", "true"], timeout=20).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-@pytest.mark.skipif(not _can_make_containers(), reason="cannot make IPC and mount namespaces here")
+@pytest.mark.skipif(not can_make_containers(), reason="cannot make IPC and mount namespaces here")
 def test_a_small_dev_shm_is_a_warning_and_the_group_says_why():
-    script = "mount --make-rprivate / && mount -t tmpfs -o size=8m tmpfs /dev/shm && exec \"$@\""
-    s, warnings = doctor("-n", "4", prefix=("unshare", "--mount", "--ipc", "sh", "-c", script, "sh"))
+    s, warnings = doctor("-n", "4", prefix=container_argv("8m"))
     assert mib(s["shared memory"]["/dev/shm size"]) == pytest.approx(8, abs=0.1)
     room = s["shared memory"]["room"]
     assert room.startswith("too little: 4 ranks need") and "SHOAL_SHM_SCRATCH" in room, room
