@@ -385,6 +385,41 @@ TEST_P(Mismatched, EveryRankGetsAnError) {
   }
 }
 
+// The error of a mismatch quotes both ranks' calls, on every rank: op, number, count, dtype, and
+// the reduce op or root. Rank 1 calls a broadcast (root 0) where rank 0 calls an allreduce; the
+// op before agrees, so both are their second. Over shared memory each rank sees the other's
+// token; over TCP both ranks wait to receive (allreduce by MST first gathers to rank 0), and the
+// timeout's error quotes the calls the same way.
+class MismatchMessage : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MismatchMessage, QuotesBothCalls) {
+  RunConfig cfg = transport_config(GetParam());
+  cfg.options.timeout = std::chrono::milliseconds(1000);
+  cfg.env.push_back({"SHOAL_TIMEOUT", ""});
+  cfg.env.push_back({"SHOAL_ALGO", ""});
+  cfg.limit = std::chrono::seconds(40);
+  auto res = run_ranks_outcomes(2, cfg, [](Communicator& c) {
+    std::vector<float> a(1001, 1.0f), b(1001, 0.0f);
+    c.allreduce(a.data(), b.data(), 7, DType::f32, ReduceOp::max)->wait();
+    if (c.rank() == 0)
+      c.allreduce(a.data(), b.data(), 1001, DType::f32, ReduceOp::sum)->wait();
+    else
+      c.broadcast(a.data(), 1001, DType::f32, 0)->wait();
+    c.barrier()->wait();
+  });
+  for (const auto& o : res.ranks) {
+    SCOPED_TRACE("rank " + std::to_string(o.rank));
+    EXPECT_TRUE(o.error_kind == "PeerError" || o.error_kind == "Timeout") << res.describe();
+    EXPECT_NE(o.message.find("rank 0 called: allreduce #2 (count 1001, f32, sum, algorithm "), std::string::npos)
+        << o.message;
+    EXPECT_NE(o.message.find("rank 1 called: broadcast #2 (count 1001, f32, root 0, algorithm "), std::string::npos)
+        << o.message;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, MismatchMessage, ::testing::Values("shm", "tcp"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
 // Every case on shm; on tcp those that do not need shared memory (direct algorithms).
 std::vector<std::tuple<std::string, int>> mismatch_params() {
   std::vector<std::tuple<std::string, int>> v;

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "core/engine.h"
 #include "shoal/error.h"
 
 namespace shoal::algo::direct {
@@ -39,10 +40,8 @@ void check(Ctx& c) {
     if (j == c.rank) continue;
     const uint64_t t = __atomic_load_n(&header(g, j)[w], __ATOMIC_ACQUIRE);
     if (t != mine)
-      throw PeerError(std::string(c.what) + ": rank " + std::to_string(j) +
-                      " is running a different call than this rank (rank " + std::to_string(c.rank) +
-                      ") over shared memory: the ranks called mismatched ops (op, count, dtype, root or "
-                      "algorithm differ)");
+      c.engine().fail_mismatch(j, std::string(c.what) + ": rank " + std::to_string(j) + " is in a different call than rank " +
+                                       std::to_string(c.rank) + " (over shared memory): mismatched ops across ranks");
   }
 }
 

@@ -20,6 +20,7 @@
 #include "algo/direct_common.h"
 #include "reduce/copy.h"
 #include "reduce/reduce.h"
+#include "core/engine.h"
 #include "shoal/error.h"
 #include "transport/futex.h"
 
@@ -104,10 +105,8 @@ const uint8_t* small_wait(Ctx& c, int j, const Small& s, size_t bytes) {
   SlotHead& hd = head(g, j, s.n);
   wait_for(c, [&] { return hd.n.load(std::memory_order_acquire) >= s.n; }, j);
   if (hd.n.load(std::memory_order_acquire) != s.n || hd.tok != s.tok)
-    throw PeerError(std::string(c.what) + ": rank " + std::to_string(j) +
-                    " is running a different call than this rank (rank " + std::to_string(c.rank) +
-                    ") over shared memory: the ranks called mismatched ops (op, count, dtype, root or "
-                    "algorithm differ)");
+    c.engine().fail_mismatch(j, std::string(c.what) + ": rank " + std::to_string(j) + " is in a different call than rank " +
+                                       std::to_string(c.rank) + " (over shared memory): mismatched ops across ranks");
   return slot_data(g, j, s.n, bytes);
 }
 

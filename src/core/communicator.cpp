@@ -49,6 +49,74 @@ uint64_t mix(uint64_t h, uint64_t v) {
   return h ^ (h >> 33);
 }
 
+// A call in a CallRecord's words (core/call.h), and in words for errors and SHOAL_LOG=debug.
+constexpr uint64_t kSendKind = 100, kRecvKind = 101;  // kinds past OpKind's: p2p
+uint64_t call_what(uint64_t kind, DType dt, ReduceOp op, Algo algo, int root_or_peer) {
+  return kind | uint64_t(dt) << 8 | uint64_t(op) << 16 | uint64_t(algo) << 24 | uint64_t(uint32_t(root_or_peer)) << 32;
+}
+CallRecord call_of(const OpDesc& d) {
+  return CallRecord{d.seq, call_what(static_cast<uint64_t>(d.kind), d.dt, d.op, d.algo, d.root), d.count, 0};
+}
+std::string describe_call(const CallRecord& c) {
+  if (c.seq == 0) return "no op yet";
+  const uint64_t kind = c.what & 0xff;
+  const auto dt = static_cast<DType>((c.what >> 8) & 0xff);
+  const auto op = static_cast<ReduceOp>((c.what >> 16) & 0xff);
+  const auto algo = static_cast<Algo>((c.what >> 24) & 0xff);
+  const int root = static_cast<int32_t>(c.what >> 32);
+  auto name_of = [](auto f, auto v) -> std::string {  // a peer's record is read, not trusted
+    try {
+      return f(v);
+    } catch (...) {
+      return "?";
+    }
+  };
+  const std::string count = "count " + std::to_string(c.count) + ", " + name_of(dtype_name, dt);
+  if (kind == kSendKind || kind == kRecvKind)
+    return std::string(kind == kSendKind ? "send to" : "recv from") + " rank " + std::to_string(root) + " (" + count +
+           ", tag " + std::to_string(c.tag) + ")";
+  if (kind > static_cast<uint64_t>(OpKind::barrier)) return "an unknown op";
+  const auto k = static_cast<OpKind>(kind);
+  std::string s = std::string(op_kind_name(k)) + " #" + std::to_string(c.seq) + " (";
+  if (k != OpKind::barrier) {
+    s += count;
+    if (k == OpKind::allreduce || k == OpKind::reduce || k == OpKind::reduce_scatter) s += ", " + name_of(reduce_op_name, op);
+    if (k == OpKind::broadcast || k == OpKind::reduce || k == OpKind::gather || k == OpKind::scatter)
+      s += ", root " + std::to_string(root);
+    s += ", ";
+  }
+  return s + "algorithm " + name_of(algo_name, algo) + ")";
+}
+
+std::string message_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "an op failed";
+  }
+}
+
+// What `peer` published under key `what`<peer> when it aborted, or "" if not within
+// kAbortPublishWait. The peer publishes before it closes its links, so the key is there by the
+// time we see the connection drop; the wait covers a store that lags. Bounded as the publication
+// is: a client's get waits for the server's reply well past its own timeout (kReplyGrace), so
+// with the store's host unreachable the get alone took 10 s; it goes on in the background.
+std::string published_by(const std::shared_ptr<Store>& store, const char* what, int peer) {
+  auto got = std::make_shared<std::promise<std::string>>();
+  auto value = got->get_future();
+  std::thread([store, key = what + std::to_string(peer), got] {
+    std::string v;
+    try {
+      v = store->get_string(key, Millis(200));
+    } catch (...) {  // not published in time, or the store is gone
+    }
+    got->set_value(v);
+  }).detach();
+  return value.wait_for(kAbortPublishWait) == std::future_status::ready ? value.get() : "";
+}
+
 // Once per process, at the first group: the SHOAL_* settings in effect (info), and variables that
 // look like a misspelt one (warn: a typo otherwise goes unnoticed).
 void log_settings_once() {
@@ -129,6 +197,7 @@ struct Communicator::Impl final : WorkDriver {
     const char* what = "op";
     OpDesc desc;       // a collective: run to completion by run_op
     Request p2p{};     // a p2p op (is_p2p): posted, it completes in sweep_p2p
+    CallRecord call;   // ... and how it is described (the engine's current call once posted)
     bool is_p2p = false;
     WorkPtr work;
     uint64_t id = 0;  // submission number
@@ -165,7 +234,7 @@ struct Communicator::Impl final : WorkDriver {
   // An op failed other than by a bad argument: the group is aborted (no-op if it already is, with
   // its own reason), its links closed, and every op queued or in flight fails with `e`.
   void fail_group(const std::exception_ptr& e) {
-    engine->abort("an earlier op failed");
+    engine->abort(message_of(e));  // no-op if it is aborted already, with its own reason
     if (shm) shm->quiesce_writes();  // no peer's write lands in a buffer the caller gets back
     engine->close_links();
     fail_all(e);
@@ -199,13 +268,13 @@ struct Communicator::Impl final : WorkDriver {
   }
   // For a blocking call: claims the engine for this thread if no op is queued, running or in
   // flight (false if not). A collective's descriptor `d` takes its place in the order of ops in
-  // the same critical section (sequenced).
+  // the same critical section (sequence).
   bool claim_idle_engine(OpDesc* d) {
     std::lock_guard<std::mutex> lk(mu);
     if (running || stop || !queue.empty() || npending.load() != 0) return false;
     running = true;
     eager = false;  // this caller waits at once
-    if (d) d->sig = sequenced(d->sig);
+    if (d) sequence(*d);
     return true;
   }
   // Progresses the p2p ops in flight (matching any-source receives) until until() holds or none
@@ -216,7 +285,7 @@ struct Communicator::Impl final : WorkDriver {
   // queued or in flight; false if not.
   // A request handed over to the progress thread (others queued ops meanwhile) returns its Work
   // in `handed_over`, complete.
-  bool run_p2p_now(const Request& r, WorkPtr* handed_over);
+  bool run_p2p_now(const Request& r, const CallRecord& call, WorkPtr* handed_over);
   void check_open() const {
     if (engine->aborted()) throw PeerError("group '" + opts.group_name + "' is aborted: " + engine->abort_reason());
   }
@@ -243,13 +312,15 @@ struct Communicator::Impl final : WorkDriver {
     return choose_algo(kind, requested, bytes, size, topo.topo);
   }
   uint64_t signature(OpKind kind, DType dt, ReduceOp op, size_t count, int root, Algo algo, uint64_t extra) {
-    const uint64_t what = static_cast<uint64_t>(kind) | static_cast<uint64_t>(dt) << 8 | static_cast<uint64_t>(op) << 16 |
-                          static_cast<uint64_t>(algo) << 24 | static_cast<uint64_t>(static_cast<uint32_t>(root + 1)) << 32;
-    return mix(mix(what, count), extra);  // sequenced() adds the op's number
+    const uint64_t what = call_what(static_cast<uint64_t>(kind), dt, op, algo, root + 1);
+    return mix(mix(what, count), extra);  // sequence() adds the op's number
   }
   // Under mu, as the op takes its place in the order of ops (queued, or run at once): the ranks
-  // agree on the nth collective, whichever threads submit them.
-  uint64_t sequenced(uint64_t sig) { return mix(sig, ++coll_seq); }
+  // agree on the nth collective, whichever threads submit them. Its number goes in its signature.
+  void sequence(OpDesc& d) {
+    d.seq = ++coll_seq;
+    d.sig = mix(d.sig, d.seq);
+  }
   // Queues `d` as a collective, signed with `count` (what the ranks must agree on) and `extra`;
   // it runs with its own Ctx (run_one). A blocking call runs it at once on this thread when the
   // engine is free and nothing is queued (run_now), or waits for it.
@@ -270,17 +341,20 @@ struct Communicator::Impl final : WorkDriver {
   // A completed Work for blocking calls that ran at once, one per kind of op (shared: a completed
   // Work does not change).
   static WorkPtr completed(OpKind kind);
-  // A Work finished without error (a recv's with its source).
-  static WorkPtr finished_work(const char* name, int source = -1) {
-    auto w = std::make_shared<Work>(name);
+  // A Work finished without error (a recv's with its source), for the process's lifetime: blocking
+  // calls that completed at once return it, shared, as unowned(): a pointer without a reference
+  // count, whose copies and destruction cost no atomic operation (each one a locked instruction,
+  // which waits for the op's last stores to reach the peer's cache).
+  static Work* finished_work(const char* name, int source = -1) {
+    auto* w = new Work(name);
     if (source >= 0) w->set_source(source);
     w->finish(nullptr);
     return w;
   }
+  static WorkPtr unowned(Work* w) { return WorkPtr(WorkPtr(), w); }
   static WorkPtr completed_send();  // the same for a blocking send
   // ... and for a blocking receive from `peer` (its source()), made on first use.
   WorkPtr completed_recv(int peer);
-  std::vector<WorkPtr> completed_recvs;  // by peer; under mu
   // The descriptor of a collective: its algorithm picked for `bytes`.
   OpDesc desc(OpKind kind, DType dt, ReduceOp op, Algo requested, size_t bytes, const void* in, void* out, size_t count,
               int root = -1) const {
@@ -328,38 +402,28 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
   m.engine = std::make_unique<Engine>(rank, size, opts.group_name);
   m.engine->begin_op("rendezvous", Clock::now() + opts.timeout);
   m.topo = rendezvous(*prefixed, *m.engine, opts, store->local_address());
-  m.engine->publish_abort = [prefixed, rank](const std::string& why) {
+  // An aborting rank publishes why, and the call it was in (for a peer on another host that
+  // found the mismatch: Engine::fail_mismatch).
+  m.engine->describe_call = describe_call;
+  Engine* engine = m.engine.get();
+  m.engine->publish_abort = [prefixed, rank, engine](const std::string& why) {
     // Bounded: when the store cannot be reached (its host's link is down, or it died), the
     // abort must not wait for the store's timeout before failing this rank's ops. The set goes
     // on in the background (it owns what it uses); peers that look for the reason in time get it.
     auto done = std::make_shared<std::promise<void>>();
     auto published = done->get_future();
-    std::thread([prefixed, rank, why, done] {
+    std::thread([prefixed, rank, why, call = describe_call(engine->call()), done] {
       try {
         prefixed->set_string("abort/" + std::to_string(rank), why);
+        prefixed->set_string("call/" + std::to_string(rank), call);
       } catch (...) {  // the store may be gone with the peer that hosted it
       }
       done->set_value();
     }).detach();
     published.wait_for(kAbortPublishWait);
   };
-  m.engine->peer_abort_reason = [prefixed](int peer) -> std::string {
-    // The peer publishes before it closes its links, so the key is there by the time we see
-    // the connection drop; wait briefly in case the store lags. Bounded as the publication is:
-    // a client's get waits for the server's reply well past its own timeout (kReplyGrace), so
-    // with the store's host unreachable the get alone took 10 s; it goes on in the background.
-    auto got = std::make_shared<std::promise<std::string>>();
-    auto reason = got->get_future();
-    std::thread([prefixed, peer, got] {
-      std::string v;
-      try {
-        v = prefixed->get_string("abort/" + std::to_string(peer), Millis(200));
-      } catch (...) {  // not published in time, or the store is gone
-      }
-      got->set_value(v);
-    }).detach();
-    return reason.wait_for(kAbortPublishWait) == std::future_status::ready ? reason.get() : "";
-  };
+  m.engine->peer_abort_reason = [prefixed](int peer) { return published_by(prefixed, "abort/", peer); };
+  m.engine->peer_call = [prefixed](int peer) { return published_by(prefixed, "call/", peer); };
   if (m.topo.shm_all) m.shm = std::make_unique<ShmGroupImpl>(*m.engine, m.topo.segs, m.topo.single_copy, m.opts.timeout);
   m.thread = std::thread([this] { impl_->loop(); });
 }
@@ -406,7 +470,7 @@ WorkPtr Communicator::Impl::submit(Op op) {
   {
     std::unique_lock<std::mutex> lk(mu);
     if (stop) throw Error("communicator is being destroyed");
-    if (op.collective()) op.desc.sig = sequenced(op.desc.sig);
+    if (op.collective()) sequence(op.desc);
     op.id = ++submitted;
     queue.push_back(std::move(op));
     queued.fetch_add(1);
@@ -581,6 +645,8 @@ void Communicator::Impl::run_one(Op& op) {
 std::exception_ptr Communicator::Impl::run_collective(const char* what, const OpDesc& d) {
   try {
     if (engine->aborted()) engine->throw_aborted();
+    engine->set_call(call_of(d));
+    SHOAL_LOG(debug, "%s", describe_call(engine->call()).c_str());
     engine->begin_op(what, opts.timeout);
     const ReduceOp kernel_op = d.op == ReduceOp::avg ? ReduceOp::sum : d.op;  // avg: run_op scales
     Ctx ctx(*engine, shm.get(), scratch, rank, size, d.dt, kernel_op, what, d.sig, topo.topo, &topo.hosts);
@@ -605,11 +671,11 @@ bool Communicator::Impl::run_now(const char* what, OpDesc& d) {
 
 WorkPtr Communicator::Impl::completed(OpKind kind) {
   static const auto works = [] {
-    std::array<WorkPtr, static_cast<size_t>(OpKind::barrier) + 1> w;
+    std::array<Work*, static_cast<size_t>(OpKind::barrier) + 1> w;
     for (size_t k = 0; k < w.size(); ++k) w[k] = finished_work(op_kind_name(static_cast<OpKind>(k)));
     return w;
   }();
-  return works[static_cast<size_t>(kind)];
+  return unowned(works[static_cast<size_t>(kind)]);
 }
 
 void Communicator::Impl::loop() {
@@ -729,17 +795,20 @@ WorkPtr Communicator::Impl::p2p(Request::Dir dir, void* buf, size_t count, DType
   o.what = what;
   o.is_p2p = true;
   o.p2p = Request{dir, peer, static_cast<uint8_t*>(buf), bytes, sig, what};
+  o.call = CallRecord{1, call_what(send ? kSendKind : kRecvKind, dt, ReduceOp::sum, Algo::automatic, peer), count, tag};
   if (blocking && !any) {
     WorkPtr w;
-    if (run_p2p_now(o.p2p, &w)) return w ? w : send ? completed_send() : completed_recv(peer);
+    if (run_p2p_now(o.p2p, o.call, &w)) return w ? w : send ? completed_send() : completed_recv(peer);
   }
   WorkPtr w = submit(std::move(o));
   if (blocking) w->wait();
   return w;
 }
 
-bool Communicator::Impl::run_p2p_now(const Request& r, WorkPtr* handed_over) {
+bool Communicator::Impl::run_p2p_now(const Request& r, const CallRecord& call, WorkPtr* handed_over) {
   if (!claim_idle_engine(nullptr)) return false;
+  engine->set_call(call);
+  SHOAL_LOG(debug, "%s", describe_call(engine->call()).c_str());
   // The request lives in `pending` (a stable address, as a queued p2p op's), without a Work
   // unless it is handed over; it is the only one there.
   if (spare.empty()) spare.emplace_back();
@@ -788,20 +857,33 @@ bool Communicator::Impl::run_p2p_now(const Request& r, WorkPtr* handed_over) {
 }
 
 WorkPtr Communicator::Impl::completed_recv(int peer) {
-  std::lock_guard<std::mutex> lk(mu);
-  if (completed_recvs.empty()) completed_recvs.resize(size);
-  WorkPtr& w = completed_recvs[peer];
-  if (!w) w = finished_work("recv", peer);
-  return w;
+  // One per source rank, for the process's lifetime (shared by its communicators).
+  static constexpr int kRanks = 4096;
+  static std::atomic<Work*> works[kRanks];
+  if (peer >= kRanks) {
+    auto w = std::make_shared<Work>("recv");
+    w->set_source(peer);
+    w->finish(nullptr);
+    return w;
+  }
+  Work* w = works[peer].load(std::memory_order_acquire);
+  if (!w) {
+    Work* made = finished_work("recv", peer);
+    if (works[peer].compare_exchange_strong(w, made, std::memory_order_acq_rel)) w = made;
+    else delete made;  // another thread's is there (w)
+  }
+  return unowned(w);
 }
 
 WorkPtr Communicator::Impl::completed_send() {
-  static const WorkPtr w = finished_work("send");
-  return w;
+  static Work* const w = finished_work("send");
+  return unowned(w);
 }
 
 void Communicator::Impl::post_p2p(Op& op) {
   const Request& r = op.p2p;
+  engine->set_call(op.call);
+  SHOAL_LOG(debug, "%s", describe_call(engine->call()).c_str());
   pending.push_back(P2P{r, op.work, Clock::now() + opts.timeout});
   npending.fetch_add(1);
   if (r.peer == kAnySource) return;  // posted to a link once its message is seen (match_any_source)

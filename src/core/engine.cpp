@@ -124,11 +124,70 @@ bool Engine::poll() {
     if (!l || !l->busy()) continue;
     try {
       moved |= l->progress();
+    } catch (const CallMismatch& e) {
+      fail_mismatch(r, e.what());
     } catch (const PeerError& e) {
       fail_peer(r, e.what());
     }
   }
   return moved;
+}
+
+void Engine::set_call(const CallRecord& c) noexcept {
+  call_ = c;
+  if (self_) {
+    self_->call[0].store(c.seq, std::memory_order_relaxed);
+    self_->call[1].store(c.what, std::memory_order_relaxed);
+    self_->call[2].store(c.count, std::memory_order_relaxed);
+    self_->call[3].store(c.tag, std::memory_order_relaxed);
+  }
+}
+
+CallRecord Engine::shm_call(int r) const {
+  CallRecord c;
+  if (r < 0 || r >= size || !peer_ctl_[r]) return c;
+  const ShmControl* p = peer_ctl_[r];
+  c.seq = p->call[0].load(std::memory_order_relaxed);
+  c.what = p->call[1].load(std::memory_order_relaxed);
+  c.count = p->call[2].load(std::memory_order_relaxed);
+  c.tag = p->call[3].load(std::memory_order_relaxed);
+  return c;
+}
+
+std::vector<int> Engine::add_calls(std::string& msg, const std::vector<int>& peers) const {
+  std::vector<int> remote;
+  if (!describe_call) return remote;
+  msg += "\n  rank " + std::to_string(rank) + " called: " + describe_call(call_);
+  for (size_t i = 0; i < peers.size() && i < kQuotedPeers; ++i) {
+    const int r = peers[i];
+    if (r < 0 || r >= size || r == rank) continue;
+    if (peer_ctl_[r]) msg += "\n  rank " + std::to_string(r) + " called: " + describe_call(shm_call(r));
+    else remote.push_back(r);
+  }
+  return remote;
+}
+
+void Engine::add_published_calls(std::string& msg, const std::vector<int>& remote) const {
+  for (int r : remote) {
+    std::string text;
+    if (peer_call) {
+      try {
+        text = peer_call(r);
+      } catch (...) {
+      }
+    }
+    msg += "\n  rank " + std::to_string(r) + " called: " + (text.empty() ? "(not known: it did not say in time)" : text);
+  }
+}
+
+void Engine::fail_mismatch(int peer, const std::string& what) {
+  if (aborted()) fail_peer(peer, what);
+  std::string msg = what;
+  const std::vector<int> remote = add_calls(msg, {peer});
+  abort(msg);
+  close_links();
+  add_published_calls(msg, remote);  // they fail, and say, once this rank's links close
+  throw PeerError(msg);
 }
 
 void Engine::fail_peer(int peer, const std::string& what) {
@@ -143,6 +202,9 @@ void Engine::fail_peer(int peer, const std::string& what) {
     }
     if (!why.empty()) msg = std::string(what_) + " on group '" + group + "': rank " + std::to_string(peer) + " aborted: " + why;
   }
+  // What this rank was running, unless the peer's reason says already (a mismatch it found).
+  const std::string mine = "rank " + std::to_string(rank) + " called: ";
+  if (describe_call && call_.seq != 0 && msg.find(mine) == std::string::npos) msg += "\n  " + mine + describe_call(call_);
   abort(msg);
   close_links();
   throw PeerError(msg);
@@ -365,8 +427,10 @@ void Engine::fail_timeout(const std::vector<int>& waiting_for) {
   for (int r : waiting_for)
     if (r >= 0 && r < size && links_[r])
       if (std::string why = links_[r]->stalled(); !why.empty()) msg += "; " + why;
+  const std::vector<int> remote = add_calls(msg, waiting_for);
   abort(msg);
   close_links();
+  add_published_calls(msg, remote);
   throw Timeout(msg);
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/call.h"
 #include "transport/link.h"
 
 namespace shoal {
@@ -72,6 +73,20 @@ class Engine {
   // the reason the peer published, if any.
   [[noreturn]] void fail_peer(int peer, const std::string& what);
 
+  // The call this rank runs now (the communicator's description of it), mirrored where same-host
+  // peers read it; and a same-host peer's (seq 0 if r has no shared control block).
+  void set_call(const CallRecord& c) noexcept;
+  const CallRecord& call() const { return call_; }
+  CallRecord shm_call(int r) const;
+  // Fails the op because `peer` is in a different call: the message quotes both calls (the
+  // peer's read from its control block on this host, or, from another host, what it published
+  // when it failed in turn: peer_call), then as fail_peer.
+  [[noreturn]] void fail_mismatch(int peer, const std::string& what);
+  // Set by the communicator: a call in words, and the words a peer on another host published
+  // for its call when it failed ("" if none in time).
+  std::function<std::string(const CallRecord&)> describe_call;
+  std::function<std::string(int)> peer_call;
+
   // Hooks to the store, set by the communicator: publish this rank's abort reason (called once,
   // before the links close, so a peer that sees the connection drop can learn why), and look up
   // the reason a peer published (empty if none), so errors name the rank that failed first.
@@ -95,6 +110,13 @@ class Engine {
   // ready, wake() was called, or time passed. Returns at once if done() already holds.
   void sleep(std::chrono::microseconds max, bool (*done)(void*), void* arg);
   [[noreturn]] void fail_timeout(const std::vector<int>& waiting_for);
+  // For the errors of a mismatch or a timeout: appends this rank's call and those of `peers` on
+  // this host (the first kQuotedPeers of them) to `msg`, and returns the others; after the abort
+  // (which fails those peers in turn, and they publish their calls) add_published_calls appends
+  // theirs.
+  static constexpr size_t kQuotedPeers = 3;
+  std::vector<int> add_calls(std::string& msg, const std::vector<int>& peers) const;
+  void add_published_calls(std::string& msg, const std::vector<int>& remote) const;
   // Why same-host peer `r` can no longer take part (it aborted, destroyed its communicator or
   // exited), or "" while it can.
   std::string gone_reason(int r) const;
@@ -119,6 +141,7 @@ class Engine {
   bool raised_ = false;
   Clock::time_point raised_at_;
   void lower_sleeping() noexcept;
+  CallRecord call_;
   std::atomic<bool> aborted_{false};
   mutable std::mutex reason_mu_;
   std::string reason_;

@@ -87,7 +87,8 @@ const std::vector<Param> kParams = {
     {"SHOAL_SIMD", Kind::choice, 0, 0, "auto,scalar,avx2,avx512", "force the reduction kernels: `scalar`, `avx2`, `avx512` (`auto`: the best the CPU has)",
      "the best the CPU has"},
     {"SHOAL_LOG", Kind::choice, 0, 0, "error,warn,info,debug,trace", "`error`, `warn`, `info`, `debug`, `trace` (stderr, one line per event, rank prefixed); `info` "
-                  "also prints the `SHOAL_*` settings in effect when a group forms",
+                  "also prints the `SHOAL_*` settings in effect when a group forms, `debug` each op a rank runs "
+                  "(e.g. `allreduce #7 (count 1024, f32, sum, algorithm direct)`)",
      "`warn`"},
     {"SHOAL_RUN_GRACE", Kind::seconds, 0, 1e6, nullptr,
      "`shoal-run`: seconds the other ranks get to exit after one failed, before they are killed", "10"},

@@ -125,7 +125,7 @@ bool ShmLink::progress_recv() {
       if (h.magic != kFrameMagic)
         throw PeerError(std::string(r->what) + ": corrupt frame from rank " + std::to_string(peer_));
       if (h.sig != r->sig || h.bytes != r->bytes)
-        throw PeerError(std::string(r->what) + ": rank " + std::to_string(peer_) + " sent a " +
+        throw CallMismatch(peer_, std::string(r->what) + ": rank " + std::to_string(peer_) + " sent a " +
                         std::to_string(h.bytes) + "-byte message for a different call (signature " +
                         std::to_string(h.sig) + ") but this rank expects " + std::to_string(r->bytes) +
                         " bytes (signature " + std::to_string(r->sig) +

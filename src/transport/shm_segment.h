@@ -32,6 +32,9 @@ struct alignas(64) ShmControl {
   alignas(64) std::atomic<uint32_t> writing_to;
   char reason[256];
   alignas(64) std::atomic<uint64_t> barrier_seq;  // ShmGroup barrier arrivals of the owner
+  // The owner's current call (a CallRecord, core/call.h), read by a peer only to describe it in
+  // the error of a mismatch: on a line of its own, which the owner's stores keep in its cache.
+  alignas(64) std::atomic<uint64_t> call[4];
 
   // "rank <owner> aborted: <reason>": what a peer that finds this block's state non-zero reports.
   // Call after that load (an acquire): the owner wrote the reason before its state (a release).

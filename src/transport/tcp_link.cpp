@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/call.h"
 #include "core/log.h"
 #include "shoal/error.h"
 #include "transport/tcp_util.h"
@@ -167,6 +168,10 @@ class TcpLink final : public Link {
   [[noreturn]] void fail(std::string msg) {
     failed_ = std::move(msg);
     throw PeerError(failed_);
+  }
+  [[noreturn]] void fail_mismatch(std::string msg) {  // the peer is in another call
+    failed_ = std::move(msg);
+    throw CallMismatch(peer_, failed_);
   }
   [[noreturn]] void fail_io(int err, const Request* r, const char* op) {
     if (err == 0 || err == ECONNRESET || err == EPIPE || err == ENOTCONN || err == ECONNABORTED)
@@ -369,14 +374,14 @@ class TcpLink final : public Link {
                   r->what, peer_, s, h.magic, kFrameMagic));
     if (h.bytes != p.len) {
       if (!is_split(r->bytes, nstreams_))
-        fail(format("%s: rank %d sent %" PRIu64 " bytes but this rank expects %zu (mismatched call across ranks)",
+        fail_mismatch(format("%s: rank %d sent %" PRIu64 " bytes but this rank expects %zu (mismatched call across ranks)",
                     r->what, peer_, h.bytes, p.len));
-      fail(format("%s: rank %d sent %" PRIu64 " bytes on stream %d but this rank expects %zu there (part %d of a "
+      fail_mismatch(format("%s: rank %d sent %" PRIu64 " bytes on stream %d but this rank expects %zu there (part %d of a "
                   "%zu-byte message; mismatched call across ranks)",
                   r->what, peer_, h.bytes, s, p.len, s, r->bytes));
     }
     if (h.sig != r->sig)
-      fail(format("%s: rank %d sent a message of op signature 0x%016" PRIx64 " but this rank expects 0x%016" PRIx64
+      fail_mismatch(format("%s: rank %d sent a message of op signature 0x%016" PRIx64 " but this rank expects 0x%016" PRIx64
                   " (mismatched call across ranks: a different op, dtype, count, root or tag)",
                   r->what, peer_, h.sig, r->sig));
     if (h.part != static_cast<uint32_t>(s))
