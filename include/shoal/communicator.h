@@ -60,7 +60,9 @@ struct CallOptions {
   Algo algo = Algo::automatic;  // SHOAL_ALGO applies when this is automatic
   // The call returns once the op has completed, as MPI's blocking calls do, and throws its error;
   // the Work it returns is complete. When no other op is queued or running the op runs on the
-  // calling thread without a Work of its own: the cheapest way to run a small op.
+  // calling thread without a Work of its own: the cheapest way to run a small op. The Work
+  // returned then is one completed Work shared by such calls, held without a reference count
+  // (use_count() is 0; it lives as long as the process).
   bool blocking = false;
 };
 

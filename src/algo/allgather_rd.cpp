@@ -4,7 +4,8 @@
 // and back out).
 //
 // lg p latency terms instead of the ring's p-1: the choice for small and mid-sized allgathers
-// (below 64 KiB by default). Above that the ring's neighbour-only traffic wins between hosts.
+// (below kAllgatherRdBelow, select.cpp). Above that the ring's neighbour-only traffic wins between
+// hosts.
 //
 // Unequal counts work in both: every rank knows every count, so each exchange's size is known on
 // both sides.

@@ -6,7 +6,8 @@
 // partner and are unfolded at the end: + 2·α + 2·n·β + n·γ on those pairs.
 //
 // Same bandwidth and reduction terms as the ring but lg p instead of p-1 latency terms, so it
-// is the choice for mid-sized messages (4 KiB .. 256 KiB by default) where the ring's 2·(p-1)·α
+// is the choice for mid-sized messages (select.cpp: from kAllreduceMstBelow up to kAllreduceBdeUpTo,
+// or kAllreduceBdeUpToOddP when p is not a power of two) where the ring's 2·(p-1)·α
 // dominates and the binomial tree's lg p·n·β has become too expensive. Above that the ring wins:
 // its neighbour-only traffic keeps every link busy, while the halving steps' long-distance
 // partners share links between hosts.

@@ -4,7 +4,7 @@
 // the broadcast half approaches (lg p + n/kChunkBytes)·(α + kChunkBytes·β)).
 //
 // The fewest messages on the critical path (2·⌈lg p⌉) and no splitting of the vector: the choice
-// for small messages (below 4 KiB by default), where α dominates and BDE's and the ring's
+// for small messages (below kAllreduceMstBelow, select.cpp), where α dominates and BDE's and the ring's
 // per-block bookkeeping buys nothing. Its lg p·n·β term makes it the worst choice for large
 // messages. The output doubles as every rank's accumulator (in == out works).
 #include "algo/common.h"

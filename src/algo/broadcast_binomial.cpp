@@ -3,7 +3,7 @@
 // Binomial cost: ⌈lg p⌉·(α + n·β) unpipelined; here every edge forwards kChunkBytes messages as
 // they arrive, so for n >> kChunkBytes it approaches (⌈lg p⌉ + n/kChunkBytes - 1)·(α + kChunkBytes·β)
 // at the deepest leaf, but the root still sends the whole vector ⌈lg p⌉ times (⌈lg p⌉·n·β at the
-// root's link). The choice for small and mid-sized broadcasts (below 256 KiB by default): fewest
+// root's link). The choice for small and mid-sized broadcasts (below kBroadcastBinomialBelow, select.cpp): fewest
 // latency terms. Large broadcasts go to scatter + allgather (2·(p-1)/p·n·β, no rank sends n more
 // than twice).
 //

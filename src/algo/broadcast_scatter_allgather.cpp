@@ -6,7 +6,7 @@
 // scatter hands each subtree its contiguous range of blocks (⌈lg p⌉ steps, (p-1)/p·n·β at the
 // root), then the ring allgather over the relative ring completes every rank. No rank sends more
 // than ~2·n, against ⌈lg p⌉·n at the root of a binomial tree: the choice for large broadcasts
-// (256 KiB and up by default); its p-1 latency terms make it poor for small ones.
+// (from kBroadcastBinomialBelow, select.cpp); its p-1 latency terms make it poor for small ones.
 #include "algo/common.h"
 
 namespace shoal::algo {

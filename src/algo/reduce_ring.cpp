@@ -4,8 +4,9 @@
 // its latency is closer to α + (p-1)/p·n·β at the root's link).
 //
 // The reduction work is spread over all ranks and no link carries more than ~2·n, where the
-// binomial tree makes each of lg p edges carry n and reduce n: the choice for large reduces
-// (256 KiB and up by default).
+// binomial tree makes each of lg p edges carry n and reduce n. Measured over TCP it never won
+// clearly, so the automatic choice does not take it (select.cpp, kReduceBinomialBelow): SHOAL_ALGO
+// or CallOptions::algo asks for it.
 #include "algo/common.h"
 
 namespace shoal::algo {

@@ -31,6 +31,7 @@ namespace {
 
 // How long an aborting rank waits for its reason to reach the store before it closes its links.
 constexpr std::chrono::milliseconds kAbortPublishWait{500};
+constexpr size_t kMaxPublished = 4096;  // bytes of an abort reason published to the store
 
 // Collectives reach the progress thread lazily (Impl::submit says why). While ops were submitted
 // within kActiveFor, the idle progress thread looks at the queue every kTick, and takes a
@@ -73,8 +74,9 @@ std::string describe_call(const CallRecord& c) {
   };
   const std::string count = "count " + std::to_string(c.count) + ", " + name_of(dtype_name, dt);
   if (kind == kSendKind || kind == kRecvKind)
-    return std::string(kind == kSendKind ? "send to" : "recv from") + " rank " + std::to_string(root) + " (" + count +
-           ", tag " + std::to_string(c.tag) + ")";
+    return std::string(kind == kSendKind ? "send to rank " : "recv from ") +
+           (root == Communicator::kAnySource ? std::string("any source") : (kind == kRecvKind ? "rank " : "") + std::to_string(root)) +
+           " (" + count + ", tag " + std::to_string(c.tag) + ")";
   if (kind > static_cast<uint64_t>(OpKind::barrier)) return "an unknown op";
   const auto k = static_cast<OpKind>(kind);
   std::string s = std::string(op_kind_name(k)) + " #" + std::to_string(c.seq) + " (";
@@ -98,23 +100,32 @@ std::string message_of(const std::exception_ptr& e) {
   }
 }
 
-// What `peer` published under key `what`<peer> when it aborted, or "" if not within
-// kAbortPublishWait. The peer publishes before it closes its links, so the key is there by the
-// time we see the connection drop; the wait covers a store that lags. Bounded as the publication
-// is: a client's get waits for the server's reply well past its own timeout (kReplyGrace), so
-// with the store's host unreachable the get alone took 10 s; it goes on in the background.
-std::string published_by(const std::shared_ptr<Store>& store, const char* what, int peer) {
-  auto got = std::make_shared<std::promise<std::string>>();
-  auto value = got->get_future();
-  std::thread([store, key = what + std::to_string(peer), got] {
-    std::string v;
-    try {
-      v = store->get_string(key, Millis(200));
-    } catch (...) {  // not published in time, or the store is gone
-    }
-    got->set_value(v);
-  }).detach();
-  return value.wait_for(kAbortPublishWait) == std::future_status::ready ? value.get() : "";
+// What each of `peers` published under key `what`<peer> when it aborted ("" where it did not
+// within kAbortPublishWait, all looked up at once). A peer publishes before it closes its links,
+// so an abort reason is there by the time we see the connection drop, and `lag` covers a store
+// that lags; a peer's call is published once this rank's abort fails it in turn, so that lookup
+// waits longer. Bounded as the publication is: a client's get waits for the server's reply well
+// past its own timeout (kReplyGrace), so with the store's host unreachable the get alone took
+// 10 s; it goes on in the background.
+std::vector<std::string> published_by(const std::shared_ptr<Store>& store, const char* what,
+                                      const std::vector<int>& peers, Millis lag) {
+  std::vector<std::future<std::string>> values;
+  for (int peer : peers) {
+    auto got = std::make_shared<std::promise<std::string>>();
+    values.push_back(got->get_future());
+    std::thread([store, key = what + std::to_string(peer), got, lag] {
+      std::string v;
+      try {
+        v = store->get_string(key, lag);
+      } catch (...) {  // not published in time, or the store is gone
+      }
+      got->set_value(v);
+    }).detach();
+  }
+  const auto deadline = Clock::now() + kAbortPublishWait;
+  std::vector<std::string> out;
+  for (auto& v : values) out.push_back(v.wait_until(deadline) == std::future_status::ready ? v.get() : "");
+  return out;
 }
 
 // Once per process, at the first group: the SHOAL_* settings in effect (info), and variables that
@@ -191,7 +202,7 @@ struct Communicator::Impl final : WorkDriver {
   std::unique_ptr<ShmGroupImpl> shm;
   Scratch scratch;
   EnvAlgos env_algo;  // SHOAL_ALGO
-  uint64_t coll_seq = 0;  // collectives submitted: part of every signature; under mu, in queue order
+  uint64_t coll_seq = 0;  // collectives run: part of every signature; by the thread that owns the engine
 
   struct Op {
     const char* what = "op";
@@ -207,13 +218,36 @@ struct Communicator::Impl final : WorkDriver {
     Request req;
     WorkPtr work;
     Clock::time_point deadline;
+    CallRecord call;  // for the errors of its waits
   };
   std::mutex mu;
   std::condition_variable cv;
   Ring<Op> queue;
   std::atomic<int> queued{0};
   bool stop = false;
-  bool running = false;       // an op is executing (on the progress thread or inline)
+  bool running = false;       // an op is executing (on the progress thread, or inline after a claim under mu)
+  // The fast path of a blocking call, which claims an idle engine without taking mu: a lock and an
+  // unlock before the op and again after it were four locked instructions, each of which waits
+  // until the stores the op made reach the peers' caches, 10-25% of a small op's time at 2 ranks
+  // (BENCHMARKS.md, "The fixed cost of a call"). kOpen: the engine is free, nothing is queued or
+  // in flight and the communicator is not stopping (the gate is opened only then, under mu); a
+  // blocking caller takes it with one compare-and-swap (kOpen -> kFast) and gives it back with
+  // another (kFast -> kOpen). Any other thread that needs the state behind mu closes the gate first
+  // (close_gate): kOpen -> kClosed, or marks a fast owner kDirty, whose give-back then goes through
+  // mu. Under mu the engine is owned while `running` or kFast (engine_owned).
+  static constexpr uint32_t kOpen = 0, kFast = 1, kDirty = 2, kClosed = 4;
+  std::atomic<uint32_t> gate{kOpen};
+  bool engine_owned() const { return running || (gate.load(std::memory_order_acquire) & kFast); }  // under mu
+  void close_gate() {  // under mu
+    uint32_t g = gate.load(std::memory_order_acquire);
+    while (g != kClosed && !(g & kDirty) && !gate.compare_exchange_weak(g, g == kOpen ? kClosed : g | kDirty)) {
+    }
+  }
+  void reopen_gate() {  // under mu: when nothing is left for the slow path
+    if (!running && !stop && queue.empty() && npending.load() == 0 && !engine->aborted() &&
+        gate.load(std::memory_order_relaxed) == kClosed)
+      gate.store(kOpen, std::memory_order_release);
+  }
   bool eager = false;         // callers here do not wait at once: wake the progress thread at submit
   bool deep_sleep = false;    // the progress thread waits untimed: a submit must wake it
   uint64_t submitted = 0;     // ops ever submitted
@@ -227,7 +261,7 @@ struct Communicator::Impl final : WorkDriver {
   void run_one(Op& op);
   // Runs a collective on the thread that owns the engine. A failure other than a bad argument
   // aborts the group (every queued op fails with it); the error is returned.
-  std::exception_ptr run_collective(const char* what, const OpDesc& d);
+  std::exception_ptr run_collective(const char* what, OpDesc& d);
   void sweep_p2p();
   bool match_any_source();  // posts pending any-source receives whose message has arrived
   void fail_all(std::exception_ptr e);
@@ -262,20 +296,26 @@ struct Communicator::Impl final : WorkDriver {
   // Under mu, by the thread that owns the engine: gives it back, waking the progress thread if
   // anything is left for it.
   void release_engine();
-  void give_back_engine() {  // the same, taking mu
-    std::lock_guard<std::mutex> lk(mu);
-    release_engine();
-  }
   // For a blocking call: claims the engine for this thread if no op is queued, running or in
-  // flight (false if not). A collective's descriptor `d` takes its place in the order of ops in
-  // the same critical section (sequence).
-  bool claim_idle_engine(OpDesc* d) {
+  // flight: through the gate, or else under mu (none if it cannot).
+  enum class Claim { none, fast, slow };
+  Claim claim_idle_engine() {
+    uint32_t g = kOpen;
+    if (gate.compare_exchange_strong(g, kFast, std::memory_order_acquire, std::memory_order_relaxed)) return Claim::fast;
     std::lock_guard<std::mutex> lk(mu);
-    if (running || stop || !queue.empty() || npending.load() != 0) return false;
+    if (engine_owned() || stop || !queue.empty() || npending.load() != 0) return Claim::none;
     running = true;
     eager = false;  // this caller waits at once
-    if (d) sequence(*d);
-    return true;
+    return Claim::slow;
+  }
+  void give_back_engine(Claim c) {
+    if (c == Claim::fast && !engine->aborted()) {
+      uint32_t g = kFast;
+      if (gate.compare_exchange_strong(g, kOpen, std::memory_order_release, std::memory_order_relaxed)) return;
+    }
+    std::lock_guard<std::mutex> lk(mu);
+    if (c == Claim::fast) gate.store(kClosed, std::memory_order_relaxed);  // another thread came meanwhile
+    release_engine();
   }
   // Progresses the p2p ops in flight (matching any-source receives) until until() holds or none
   // is left. The caller owns the engine (`running`). Throws what the engine's wait throws.
@@ -315,8 +355,9 @@ struct Communicator::Impl final : WorkDriver {
     const uint64_t what = call_what(static_cast<uint64_t>(kind), dt, op, algo, root + 1);
     return mix(mix(what, count), extra);  // sequence() adds the op's number
   }
-  // Under mu, as the op takes its place in the order of ops (queued, or run at once): the ranks
-  // agree on the nth collective, whichever threads submit them. Its number goes in its signature.
+  // By the thread that owns the engine, as the op starts: ops run in the order they were
+  // submitted, so the ranks agree on the nth collective, whichever threads submit them. Its number
+  // goes in its signature.
   void sequence(OpDesc& d) {
     d.seq = ++coll_seq;
     d.sig = mix(d.sig, d.seq);
@@ -406,7 +447,12 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
   // found the mismatch: Engine::fail_mismatch).
   m.engine->describe_call = describe_call;
   Engine* engine = m.engine.get();
-  m.engine->publish_abort = [prefixed, rank, engine](const std::string& why) {
+  // Set when this rank's abort could not reach the store in time: the lookups of its peers'
+  // calls are skipped then (each would wait its full bound for nothing).
+  auto store_lost = std::make_shared<std::atomic<bool>>(false);
+  m.engine->publish_abort = [prefixed, rank, engine, store_lost](const std::string& full) {
+    // Capped: a reason quotes the reason of the peer that failed first, which quotes its own.
+    const std::string why = full.size() > kMaxPublished ? full.substr(0, kMaxPublished) + " [...]" : full;
     // Bounded: when the store cannot be reached (its host's link is down, or it died), the
     // abort must not wait for the store's timeout before failing this rank's ops. The set goes
     // on in the background (it owns what it uses); peers that look for the reason in time get it.
@@ -420,10 +466,15 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
       }
       done->set_value();
     }).detach();
-    published.wait_for(kAbortPublishWait);
+    if (published.wait_for(kAbortPublishWait) != std::future_status::ready) store_lost->store(true);
   };
-  m.engine->peer_abort_reason = [prefixed](int peer) { return published_by(prefixed, "abort/", peer); };
-  m.engine->peer_call = [prefixed](int peer) { return published_by(prefixed, "call/", peer); };
+  m.engine->peer_abort_reason = [prefixed](int peer) {
+    return published_by(prefixed, "abort/", {peer}, Millis(200))[0];
+  };
+  m.engine->peer_calls = [prefixed, store_lost](const std::vector<int>& peers) {
+    if (store_lost->load()) return std::vector<std::string>(peers.size());
+    return published_by(prefixed, "call/", peers, std::chrono::duration_cast<Millis>(kAbortPublishWait));
+  };
   if (m.topo.shm_all) m.shm = std::make_unique<ShmGroupImpl>(*m.engine, m.topo.segs, m.topo.single_copy, m.opts.timeout);
   m.thread = std::thread([this] { impl_->loop(); });
 }
@@ -433,6 +484,7 @@ Communicator::~Communicator() {
   {
     std::lock_guard<std::mutex> lk(m.mu);
     m.stop = true;
+    m.close_gate();
   }
   m.cv.notify_all();
   m.engine->wake();
@@ -470,7 +522,7 @@ WorkPtr Communicator::Impl::submit(Op op) {
   {
     std::unique_lock<std::mutex> lk(mu);
     if (stop) throw Error("communicator is being destroyed");
-    if (op.collective()) sequence(op.desc);
+    close_gate();
     op.id = ++submitted;
     queue.push_back(std::move(op));
     queued.fetch_add(1);
@@ -502,7 +554,7 @@ void Communicator::Impl::run_claimed(const Work* w) {
   Op op;
   {
     std::lock_guard<std::mutex> lk(mu);
-    if (!running && !stop && npending.load() == 0 && queued_op(w)) {
+    if (!engine_owned() && !stop && npending.load() == 0 && queued_op(w)) {
       running = true;
       op = queue.pop_front();
       queued.fetch_sub(1);
@@ -561,7 +613,7 @@ void Communicator::Impl::run_claimed(const Work* w) {
       fail_all(std::current_exception());
     }
   }
-  give_back_engine();
+  give_back_engine(Claim::slow);
 }
 
 void Communicator::Impl::release_engine() {
@@ -571,6 +623,7 @@ void Communicator::Impl::release_engine() {
     cv.notify_all();  // the progress thread takes over what is left
     engine->wake();
   }
+  reopen_gate();
 }
 
 void Communicator::Impl::fail_all(std::exception_ptr e) {
@@ -642,8 +695,9 @@ void Communicator::Impl::run_one(Op& op) {
   }
 }
 
-std::exception_ptr Communicator::Impl::run_collective(const char* what, const OpDesc& d) {
+std::exception_ptr Communicator::Impl::run_collective(const char* what, OpDesc& d) {
   try {
+    sequence(d);
     if (engine->aborted()) engine->throw_aborted();
     engine->set_call(call_of(d));
     SHOAL_LOG(debug, "%s", describe_call(engine->call()).c_str());
@@ -662,9 +716,10 @@ std::exception_ptr Communicator::Impl::run_collective(const char* what, const Op
 }
 
 bool Communicator::Impl::run_now(const char* what, OpDesc& d) {
-  if (!claim_idle_engine(&d)) return false;
+  const Claim c = claim_idle_engine();
+  if (c == Claim::none) return false;
   std::exception_ptr e = run_collective(what, d);
-  give_back_engine();
+  give_back_engine(c);
   if (e) std::rethrow_exception(e);
   return true;
 }
@@ -689,11 +744,12 @@ void Communicator::Impl::loop() {
       std::unique_lock<std::mutex> lk(mu);
       // An inline op (running on a caller's thread) owns the engine until it ends. A queued op
       // belongs to its caller for kClaimGrace unless the communicator is eager.
-      while (npending.load() == 0 || running) {
-        if ((stop && !running) || (engine->aborted() && !links_closed && !running)) break;
+      while (npending.load() == 0 || engine_owned()) {
+        const bool owned = engine_owned();
+        if ((stop && !owned) || (engine->aborted() && !links_closed && !owned)) break;
         const auto now = Clock::now();
         if (submitted != submitted_seen) submitted_seen = submitted, active_at = now;
-        if (!queue.empty() && !running) {
+        if (!queue.empty() && !owned) {
           const Op& front = queue.front();
           if (eager) break;
           if (front.id != front_seen) front_seen = front.id, front_since = now;
@@ -714,7 +770,7 @@ void Communicator::Impl::loop() {
         engine->close_links();
         continue;
       }
-      if (!queue.empty() && !running) {
+      if (!queue.empty() && !engine_owned()) {
         op = queue.pop_front();
         queued.fetch_sub(1);
         running = true;
@@ -726,12 +782,13 @@ void Communicator::Impl::loop() {
       sweep_p2p();
       std::lock_guard<std::mutex> lk(mu);
       running = false;
+      reopen_gate();
       continue;
     }
     // Only point-to-point ops in flight: progress them until one completes or a new op comes.
     {
       std::lock_guard<std::mutex> lk(mu);
-      if (running || npending.load() == 0) continue;  // a waiter took them over (run_claimed)
+      if (engine_owned() || npending.load() == 0) continue;  // a waiter took them over (run_claimed)
       running = true;
     }
     try {
@@ -748,6 +805,7 @@ void Communicator::Impl::loop() {
     }
     std::lock_guard<std::mutex> lk(mu);
     running = false;
+    reopen_gate();
   }
   fail_all(std::make_exception_ptr(Error("communicator destroyed with the op still pending")));
 }
@@ -770,6 +828,7 @@ void Communicator::Impl::progress_p2p(const std::function<bool()>& until) {
         if (r != rank && (p.req.peer == r || p.req.peer == kAnySource)) peers.push_back(r);
     }
     engine->begin_op(first->req.what, first->deadline);
+    engine->set_call(first->call);
     engine->wait_until([&] { return match_any_source() || until() || incomplete() != left; }, peers);
   }
 }
@@ -806,18 +865,19 @@ WorkPtr Communicator::Impl::p2p(Request::Dir dir, void* buf, size_t count, DType
 }
 
 bool Communicator::Impl::run_p2p_now(const Request& r, const CallRecord& call, WorkPtr* handed_over) {
-  if (!claim_idle_engine(nullptr)) return false;
-  engine->set_call(call);
-  SHOAL_LOG(debug, "%s", describe_call(engine->call()).c_str());
+  const Claim c = claim_idle_engine();
+  if (c == Claim::none) return false;
   // The request lives in `pending` (a stable address, as a queued p2p op's), without a Work
-  // unless it is handed over; it is the only one there.
+  // unless it is handed over; it is the only one there. It counts in `npending` only then: until
+  // then this thread owns the engine, and other threads leave the request alone.
   if (spare.empty()) spare.emplace_back();
   pending.splice(pending.end(), spare, spare.begin());
   P2P& p = pending.back();
-  p = P2P{r, nullptr, Clock::time_point::max()};
-  npending.fetch_add(1);
+  p = P2P{r, nullptr, Clock::time_point::max(), call};
   std::exception_ptr e;
   try {
+    engine->set_call(call);
+    SHOAL_LOG(debug, "%s", describe_call(call).c_str());
     if (engine->aborted()) engine->throw_aborted();
     engine->begin_op(r.what, opts.timeout);
     engine->post(&p.req);
@@ -842,16 +902,18 @@ bool Communicator::Impl::run_p2p_now(const Request& r, const CallRecord& call, W
     auto w = std::make_shared<Work>(r.what);
     if (r.dir == Request::Dir::recv) w->set_source(r.peer);
     p.work = w;
-    give_back_engine();
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (c == Claim::fast) gate.store(kClosed, std::memory_order_relaxed);
+      npending.fetch_add(1);
+      release_engine();
+    }
     w->wait();
     *handed_over = w;
     return true;
   }
-  if (!e) {
-    spare.splice(spare.end(), pending, std::prev(pending.end()));
-    npending.fetch_sub(1);
-  }
-  give_back_engine();
+  if (!e) spare.splice(spare.end(), pending, std::prev(pending.end()));
+  give_back_engine(c);
   if (e) std::rethrow_exception(e);
   return true;
 }
@@ -884,7 +946,7 @@ void Communicator::Impl::post_p2p(Op& op) {
   const Request& r = op.p2p;
   engine->set_call(op.call);
   SHOAL_LOG(debug, "%s", describe_call(engine->call()).c_str());
-  pending.push_back(P2P{r, op.work, Clock::now() + opts.timeout});
+  pending.push_back(P2P{r, op.work, Clock::now() + opts.timeout, op.call});
   npending.fetch_add(1);
   if (r.peer == kAnySource) return;  // posted to a link once its message is seen (match_any_source)
   if (r.dir == Request::Dir::recv) op.work->set_source(r.peer);

@@ -91,6 +91,7 @@ void Engine::set_links(std::vector<std::unique_ptr<Link>> links) {
 
 void Engine::set_shm(ShmControl* self, std::vector<ShmControl*> peers) {
   self_ = self;
+  if (self_) call_words_ = self_->call;
   peer_ctl_ = std::move(peers);
   peer_ctl_.resize(size, nullptr);
   for (int r = 0; r < size; ++r) {
@@ -134,33 +135,34 @@ bool Engine::poll() {
 }
 
 void Engine::set_call(const CallRecord& c) noexcept {
-  call_ = c;
-  if (self_) {
-    self_->call[0].store(c.seq, std::memory_order_relaxed);
-    self_->call[1].store(c.what, std::memory_order_relaxed);
-    self_->call[2].store(c.count, std::memory_order_relaxed);
-    self_->call[3].store(c.tag, std::memory_order_relaxed);
-  }
+  call_words_[0].store(c.seq, std::memory_order_relaxed);
+  call_words_[1].store(c.what, std::memory_order_relaxed);
+  call_words_[2].store(c.count, std::memory_order_relaxed);
+  call_words_[3].store(c.tag, std::memory_order_relaxed);
+}
+
+CallRecord Engine::load_call(const std::atomic<uint64_t>* w) {
+  // Relaxed, word by word: a record read while its owner moves on may mix two calls' words, which
+  // an error message can bear (the owner is usually stuck in the call it describes).
+  return CallRecord{w[0].load(std::memory_order_relaxed), w[1].load(std::memory_order_relaxed),
+                    w[2].load(std::memory_order_relaxed), w[3].load(std::memory_order_relaxed)};
 }
 
 CallRecord Engine::shm_call(int r) const {
-  CallRecord c;
-  if (r < 0 || r >= size || !peer_ctl_[r]) return c;
-  const ShmControl* p = peer_ctl_[r];
-  c.seq = p->call[0].load(std::memory_order_relaxed);
-  c.what = p->call[1].load(std::memory_order_relaxed);
-  c.count = p->call[2].load(std::memory_order_relaxed);
-  c.tag = p->call[3].load(std::memory_order_relaxed);
-  return c;
+  if (r < 0 || r >= size || !peer_ctl_[r]) return CallRecord{};
+  return load_call(peer_ctl_[r]->call);
 }
 
 std::vector<int> Engine::add_calls(std::string& msg, const std::vector<int>& peers) const {
   std::vector<int> remote;
   if (!describe_call) return remote;
-  msg += "\n  rank " + std::to_string(rank) + " called: " + describe_call(call_);
-  for (size_t i = 0; i < peers.size() && i < kQuotedPeers; ++i) {
-    const int r = peers[i];
-    if (r < 0 || r >= size || r == rank) continue;
+  msg += "\n  rank " + std::to_string(rank) + " called: " + describe_call(call());
+  std::vector<int> quoted;  // each peer once, at most kQuotedPeers of them
+  for (int r : peers)
+    if (r >= 0 && r < size && r != rank && quoted.size() < kQuotedPeers &&
+        std::find(quoted.begin(), quoted.end(), r) == quoted.end())
+      quoted.push_back(r);
+  for (int r : quoted) {
     if (peer_ctl_[r]) msg += "\n  rank " + std::to_string(r) + " called: " + describe_call(shm_call(r));
     else remote.push_back(r);
   }
@@ -168,16 +170,18 @@ std::vector<int> Engine::add_calls(std::string& msg, const std::vector<int>& pee
 }
 
 void Engine::add_published_calls(std::string& msg, const std::vector<int>& remote) const {
-  for (int r : remote) {
-    std::string text;
-    if (peer_call) {
-      try {
-        text = peer_call(r);
-      } catch (...) {
-      }
+  if (remote.empty()) return;
+  std::vector<std::string> texts;
+  if (peer_calls) {
+    try {
+      texts = peer_calls(remote);
+    } catch (...) {
     }
-    msg += "\n  rank " + std::to_string(r) + " called: " + (text.empty() ? "(not known: it did not say in time)" : text);
   }
+  texts.resize(remote.size());
+  for (size_t i = 0; i < remote.size(); ++i)
+    msg += "\n  rank " + std::to_string(remote[i]) + " called: " +
+           (texts[i].empty() ? "(not known: it did not say in time)" : texts[i]);
 }
 
 void Engine::fail_mismatch(int peer, const std::string& what) {
@@ -204,7 +208,7 @@ void Engine::fail_peer(int peer, const std::string& what) {
   }
   // What this rank was running, unless the peer's reason says already (a mismatch it found).
   const std::string mine = "rank " + std::to_string(rank) + " called: ";
-  if (describe_call && call_.seq != 0 && msg.find(mine) == std::string::npos) msg += "\n  " + mine + describe_call(call_);
+  if (describe_call && call().seq != 0 && msg.find(mine) == std::string::npos) msg += "\n  " + mine + describe_call(call());
   abort(msg);
   close_links();
   throw PeerError(msg);

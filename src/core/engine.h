@@ -73,19 +73,21 @@ class Engine {
   // the reason the peer published, if any.
   [[noreturn]] void fail_peer(int peer, const std::string& what);
 
-  // The call this rank runs now (the communicator's description of it), mirrored where same-host
-  // peers read it; and a same-host peer's (seq 0 if r has no shared control block).
+  // The call this rank runs now (the communicator's description of it), kept where same-host
+  // peers read it (the control block, if this rank has one); and a same-host peer's (seq 0 if r
+  // has no shared control block). set_call is for the thread that owns the engine; call() may be
+  // read from any thread (an abort from another thread publishes it).
   void set_call(const CallRecord& c) noexcept;
-  const CallRecord& call() const { return call_; }
+  CallRecord call() const { return load_call(call_words_); }
   CallRecord shm_call(int r) const;
   // Fails the op because `peer` is in a different call: the message quotes both calls (the
   // peer's read from its control block on this host, or, from another host, what it published
   // when it failed in turn: peer_call), then as fail_peer.
   [[noreturn]] void fail_mismatch(int peer, const std::string& what);
-  // Set by the communicator: a call in words, and the words a peer on another host published
-  // for its call when it failed ("" if none in time).
+  // Set by the communicator: a call in words, and the words peers on another host published for
+  // their calls when they failed (by peer; "" where none did in time).
   std::function<std::string(const CallRecord&)> describe_call;
-  std::function<std::string(int)> peer_call;
+  std::function<std::vector<std::string>(const std::vector<int>&)> peer_calls;
 
   // Hooks to the store, set by the communicator: publish this rank's abort reason (called once,
   // before the links close, so a peer that sees the connection drop can learn why), and look up
@@ -141,7 +143,9 @@ class Engine {
   bool raised_ = false;
   Clock::time_point raised_at_;
   void lower_sleeping() noexcept;
-  CallRecord call_;
+  static CallRecord load_call(const std::atomic<uint64_t>* w);
+  std::atomic<uint64_t> own_call_[4] = {};
+  std::atomic<uint64_t>* call_words_ = own_call_;  // own_call_, or the control block's
   std::atomic<bool> aborted_{false};
   mutable std::mutex reason_mu_;
   std::string reason_;

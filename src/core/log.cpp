@@ -42,10 +42,16 @@ LogLevel log_level() {
 void set_log_rank(int rank) { g_rank.store(rank); }
 
 void log_line(LogLevel level, const std::string& msg) {
-  char line[640];
-  int n = std::snprintf(line, sizeof line, "[shoal rank %d pid %d] %s: %s\n", g_rank.load(), (int)getpid(),
-                        level_name(level), msg.c_str());
-  if (n > 0) (void)!write(2, line, std::min<size_t>(n, sizeof line - 1));  // one write: lines do not interleave
+  char prefix[96];
+  std::snprintf(prefix, sizeof prefix, "[shoal rank %d pid %d] %s: ", g_rank.load(), (int)getpid(), level_name(level));
+  std::string out;  // every line of a message gets the prefix (an error that quotes calls spans several)
+  for (size_t at = 0; at <= msg.size();) {
+    size_t end = msg.find('\n', at);
+    if (end == std::string::npos) end = msg.size();
+    out.append(prefix).append(msg, at, end - at).push_back('\n');
+    at = end + 1;
+  }
+  (void)!write(2, out.data(), out.size());  // one write: lines do not interleave
 }
 
 }  // namespace shoal
