@@ -115,6 +115,37 @@ TEST_P(P2P, OrderingBetweenOnePair) {
   });
 }
 
+// Thousands of small messages through a 4 KiB ring, the receives posted only after every send
+// (which completes once its bytes are in the ring): the sender fills the ring, waits for room,
+// and learns of it only by reading the receiver's tail again (ShmLink reads it only when a
+// message does not fit in the room it last saw). Every message arrives, in order.
+TEST(P2PSmallRing, ManySmallMessagesWrapTheRing) {
+  RunConfig cfg = transport_config("shm");
+  cfg.env.push_back({"SHOAL_SHM_RING", "4K"});
+  run_ranks(2, cfg, [](Communicator& c) {
+    constexpr int kMsgs = 3000;
+    auto count_of = [](int k) { return size_t(k % 37); };  // 0..36 ints: 32-176 bytes with the header
+    std::vector<std::vector<int32_t>> bufs(kMsgs);
+    std::vector<WorkPtr> works;
+    for (int k = 0; k < kMsgs; ++k) {
+      bufs[k].assign(count_of(k), c.rank() == 0 ? k : -1);
+      if (c.rank() == 0) works.push_back(c.send(bufs[k].data(), count_of(k), DType::i32, 1, 0));
+    }
+    if (c.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the ring fill
+      for (int k = 0; k < kMsgs; ++k) works.push_back(c.recv(bufs[k].data(), count_of(k), DType::i32, 0, 0));
+    }
+    for (auto& w : works) w->wait();
+    if (c.rank() == 1) {
+      for (int k = 0; k < kMsgs; ++k) {
+        for (int32_t x : bufs[k]) {
+          SH_CHECK(x == k) << "message " << k << " holds " << x;
+        }
+      }
+    }
+  });
+}
+
 // Messages with a tag, count or dtype the receiver did not post fail (on the receiver at least),
 // never deliver data.
 struct MismatchCase {

@@ -38,6 +38,7 @@ ShmLink::ShmLink(int rank, int peer, int my_slot, int peer_slot, const ShmSegmen
       self_ctl_(mine.control()),
       cap_(mine.control()->ring_bytes) {
   out_head_ = out_->head.load(std::memory_order_relaxed);
+  out_tail_seen_ = out_->tail.load(std::memory_order_relaxed);
   in_tail_ = in_->tail.load(std::memory_order_relaxed);
 }
 
@@ -81,7 +82,14 @@ bool ShmLink::progress_send() {
   while (!sends_.empty()) {
     Request* r = sends_.front();
     check_peer(r);
-    uint64_t space = cap_ - (out_head_ - out_->tail.load(std::memory_order_acquire));
+    // The peer's tail is read again only when what is left of this message does not fit in the
+    // room last seen: the peer writes it after every message it takes, and a read per message
+    // would pull that line over to this core and back each time.
+    uint64_t space = cap_ - (out_head_ - out_tail_seen_);
+    if (space < (r->state == 0 ? sizeof(FrameHeader) : 0) + (r->bytes - r->done)) {
+      out_tail_seen_ = out_->tail.load(std::memory_order_acquire);
+      space = cap_ - (out_head_ - out_tail_seen_);
+    }
     if (r->state == 0) {
       if (space < sizeof(FrameHeader)) break;
       FrameHeader h{kFrameMagic, 0, r->sig, r->bytes};

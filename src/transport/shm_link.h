@@ -40,6 +40,7 @@ class ShmLink : public Link {
   ShmControl* self_ctl_;
   uint64_t cap_;      // ring bytes (power of two), same both ways
   uint64_t out_head_ = 0;  // our copy of out_->head
+  uint64_t out_tail_seen_ = 0;  // out_->tail when last read (the room the peer had freed then)
   uint64_t in_tail_ = 0;   // our copy of in_->tail
   std::deque<Request*> sends_, recvs_;
 };
