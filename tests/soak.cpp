@@ -108,27 +108,26 @@ const char* kind_name(Kind k) {
 enum class Where { shm, tcp, hosts };
 const char* where_name(Where w) { return w == Where::shm ? "shm" : w == Where::tcp ? "tcp" : "hosts"; }
 
-// The algorithms each op accepts through CallOptions (src/algo/select.cpp); direct needs shm,
-// hier several hosts.
+// The algorithms each op accepts through CallOptions, from the registry (shoal::algorithms_of):
+// direct needs shm, hier several hosts.
 std::vector<Algo> algos_of(Kind k, Where w) {
-  std::vector<Algo> v;
+  const char* op = nullptr;
   switch (k) {
-    case Kind::allreduce: v = {Algo::ring, Algo::bde, Algo::mst, Algo::direct, Algo::hier}; break;
-    case Kind::broadcast:
-      v = {Algo::mst, Algo::ring, Algo::scatter_allgather, Algo::linear, Algo::direct, Algo::hier};
-      break;
-    case Kind::reduce: v = {Algo::mst, Algo::ring, Algo::direct, Algo::hier}; break;
+    case Kind::allreduce: op = "allreduce"; break;
+    case Kind::broadcast: op = "broadcast"; break;
+    case Kind::reduce: op = "reduce"; break;
     case Kind::allgather:
-    case Kind::allgatherv: v = {Algo::ring, Algo::rd, Algo::direct, Algo::hier}; break;
-    case Kind::reduce_scatter: v = {Algo::ring, Algo::rd, Algo::direct}; break;
-    case Kind::gather:
-    case Kind::scatter: v = {Algo::mst, Algo::linear, Algo::direct}; break;
+    case Kind::allgatherv: op = "allgather"; break;
+    case Kind::reduce_scatter: op = "reduce_scatter"; break;
+    case Kind::gather: op = "gather"; break;
+    case Kind::scatter: op = "scatter"; break;
     case Kind::alltoall:
-    case Kind::alltoallv: v = {Algo::ring, Algo::direct}; break;
-    default: break;  // sendrecv, barrier: no algorithm option
+    case Kind::alltoallv: op = "alltoall"; break;
+    default: return {};  // sendrecv, barrier: no algorithm option here
   }
-  if (w != Where::shm) v.erase(std::remove(v.begin(), v.end(), Algo::direct), v.end());
-  if (w != Where::hosts) v.erase(std::remove(v.begin(), v.end(), Algo::hier), v.end());
+  std::vector<Algo> v;
+  for (Algo a : algorithms_of(op))
+    if ((a != Algo::direct || w == Where::shm) && (a != Algo::hier || w == Where::hosts)) v.push_back(a);
   return v;
 }
 

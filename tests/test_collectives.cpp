@@ -249,17 +249,19 @@ void for_data_cases(F&& f) {
 // (simulated) hosts with shared memory inside each (SHOAL_HOST_ID per rank).
 enum class Where { shm, tcp, hosts };
 
+// Each family's algorithms come from the registry (shoal::algorithms_of): those that apply where
+// it runs (direct: every rank on one host over shm; hier: several hosts), then the automatic choice.
 std::vector<Algo> algos_for(const std::string& family, Where w) {
+  std::vector<std::string> ops = {family};
+  if (family == "allgatherv") ops = {"allgather"};
+  if (family == "gather_scatter") ops = {"gather", "scatter"};
   std::vector<Algo> v;
-  if (family == "allreduce") v = {Algo::ring, Algo::bde, Algo::mst, Algo::direct, Algo::automatic};
-  if (family == "broadcast") v = {Algo::mst, Algo::ring, Algo::scatter_allgather, Algo::linear, Algo::direct, Algo::automatic};
-  if (family == "reduce") v = {Algo::mst, Algo::direct, Algo::automatic};
-  if (family == "allgather") v = {Algo::ring, Algo::rd, Algo::direct, Algo::automatic};
-  if (family == "allgatherv") v = {Algo::ring, Algo::automatic};
-  if (family == "reduce_scatter") v = {Algo::ring, Algo::rd, Algo::direct, Algo::automatic};
-  if (family == "gather_scatter") v = {Algo::mst, Algo::linear, Algo::direct, Algo::automatic};
-  if (w != Where::shm) v.erase(std::remove(v.begin(), v.end(), Algo::direct), v.end());
-  if (w == Where::hosts && family != "reduce_scatter" && family != "gather_scatter") v.insert(v.end() - 1, Algo::hier);
+  for (const std::string& op : ops)
+    for (Algo a : algorithms_of(op))
+      if ((a != Algo::direct || w == Where::shm) && (a != Algo::hier || w == Where::hosts) &&
+          std::find(v.begin(), v.end(), a) == v.end())
+        v.push_back(a);
+  v.push_back(Algo::automatic);
   return v;
 }
 

@@ -32,6 +32,12 @@ enum class Algo : uint8_t {
 };
 const char* algo_name(Algo a);
 Algo parse_algo(const std::string& s);  // "auto", "ring", ...; throws InvalidArgument
+// Every algorithm collective `op` has ("allreduce", "broadcast", "reduce", "allgather",
+// "reduce_scatter", "gather", "scatter", "alltoall", "barrier"), wherever it applies: direct needs
+// every rank on one host over shared memory, hier ranks on several hosts
+// (Communicator::algo_for says whether one applies to a group). Throws InvalidArgument for an
+// unknown op.
+std::vector<Algo> algorithms_of(const std::string& op);
 
 enum class TransportKind : uint8_t { automatic, shm, tcp };
 

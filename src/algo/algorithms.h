@@ -17,10 +17,7 @@ namespace shoal {
 
 enum class OpKind : uint8_t { allreduce, broadcast, reduce, allgatherv, reduce_scatter, gather, scatter, alltoallv, barrier };
 const char* op_kind_name(OpKind k);
-// Whether op `k` has algorithm `a` (where it applies: direct needs shared memory, hier several
-// hosts), and the list of those it has ("ring, bde, ...").
-bool has_algo(OpKind k, Algo a);
-std::string algos_of(OpKind k);
+// Which algorithms each op has, and where they apply: algo/registry.h.
 
 // One collective as the communicator queues it: plain data, so that queuing an op allocates
 // nothing beyond its Work (a closure over the arguments did) and an op can be logged or compared.

@@ -1,8 +1,9 @@
-// The op -> algorithm switch: each entry resolves the algorithm (choose_algo also rejects one the
-// op or topology does not have, with InvalidArgument), handles a group of one locally, runs the
-// algorithm and waits for every request it posted.
+// From op to algorithm: each entry resolves the algorithm (choose_algo also rejects one the op or
+// topology does not have, with InvalidArgument), handles a group of one locally, runs the
+// algorithm's function from the registry (registry.cpp) and waits for every request it posted.
 #include "algo/algorithms.h"
 #include "algo/common.h"
+#include "algo/registry.h"
 #include "shoal/error.h"
 
 namespace shoal {
@@ -16,9 +17,13 @@ Algo resolve(Ctx& c, OpKind k, Algo a, size_t bytes) {
   return a == Algo::automatic ? choose_algo(k, a, bytes, c.size, c.topo) : a;
 }
 
-[[noreturn]] void unreachable(OpKind k, Algo a) {
-  throw InvalidArgument(std::string(op_kind_name(k)) + ": algorithm " + std::to_string(static_cast<int>(a)) +
-                        " does not apply");
+// The registry's function of `a` for op `k` (resolve checked that k has it).
+template <class Fn>
+Fn must(Fn f, OpKind k, Algo a) {
+  if (!f)
+    throw InvalidArgument(std::string(op_kind_name(k)) + ": algorithm " + std::to_string(static_cast<int>(a)) +
+                          " does not apply");
+  return f;
 }
 
 }  // namespace
@@ -26,42 +31,21 @@ Algo resolve(Ctx& c, OpKind k, Algo a, size_t bytes) {
 void allreduce(Ctx& c, Algo a, const void* in, void* out, size_t count) {
   a = resolve(c, OpKind::allreduce, a, count * c.esize);
   if (c.size == 1) return copy_bytes(out, in, count * c.esize);
-  switch (a) {
-    case Algo::ring: allreduce_ring(c, in, out, count); break;
-    case Algo::bde: allreduce_bde(c, in, out, count); break;
-    case Algo::mst: allreduce_mst(c, in, out, count); break;
-    case Algo::direct: allreduce_direct(c, in, out, count); break;
-    case Algo::hier: allreduce_hier(c, in, out, count); break;
-    default: unreachable(OpKind::allreduce, a);
-  }
+  must(allreduce_fn(a), OpKind::allreduce, a)(c, in, out, count);
   c.wait_all();
 }
 
 void broadcast(Ctx& c, Algo a, void* buf, size_t count, int root) {
   a = resolve(c, OpKind::broadcast, a, count * c.esize);
   if (c.size == 1) return;
-  switch (a) {
-    case Algo::mst: broadcast_binomial(c, buf, count, root); break;
-    case Algo::ring: broadcast_chain(c, buf, count, root); break;
-    case Algo::scatter_allgather: broadcast_scatter_allgather(c, buf, count, root); break;
-    case Algo::linear: broadcast_linear(c, buf, count, root); break;
-    case Algo::direct: broadcast_direct(c, buf, count, root); break;
-    case Algo::hier: broadcast_hier(c, buf, count, root); break;
-    default: unreachable(OpKind::broadcast, a);
-  }
+  must(broadcast_fn(a), OpKind::broadcast, a)(c, buf, count, root);
   c.wait_all();
 }
 
 void reduce(Ctx& c, Algo a, const void* in, void* out, size_t count, int root) {
   a = resolve(c, OpKind::reduce, a, count * c.esize);
   if (c.size == 1) return copy_bytes(out, in, count * c.esize);
-  switch (a) {
-    case Algo::mst: reduce_binomial(c, in, out, count, root); break;
-    case Algo::ring: reduce_ring(c, in, out, count, root); break;
-    case Algo::direct: reduce_direct(c, in, out, count, root); break;
-    case Algo::hier: reduce_hier(c, in, out, count, root); break;
-    default: unreachable(OpKind::reduce, a);
-  }
+  must(reduce_fn(a), OpKind::reduce, a)(c, in, out, count, root);
   c.wait_all();
 }
 
@@ -73,19 +57,13 @@ void allgatherv(Ctx& c, Algo a, const void* in, void* out, const std::vector<siz
   for (size_t n : counts) total += n;
   a = resolve(c, OpKind::allgatherv, a, total * c.esize);
   if (c.size == 1) return copy_bytes(out, in, counts[0] * c.esize);
-  switch (a) {
-    case Algo::ring: allgatherv_ring(c, in, out, counts); break;
-    case Algo::rd: allgatherv_rd(c, in, out, counts); break;
-    case Algo::direct: allgatherv_direct(c, in, out, counts); break;
-    case Algo::hier: allgatherv_hier(c, in, out, counts); break;
-    default: unreachable(OpKind::allgatherv, a);
-  }
+  must(allgatherv_fn(a), OpKind::allgatherv, a)(c, in, out, counts);
   c.wait_all();
 }
 
 void allgather(Ctx& c, Algo a, const void* in, void* out, size_t count) {
   a = resolve(c, OpKind::allgatherv, a, count * c.esize * c.size);
-  if (a == Algo::direct && c.size > 1) {
+  if (a == Algo::direct && c.size > 1) {  // equal blocks: a direct version of its own
     allgather_direct(c, in, out, count);
     return c.wait_all();
   }
@@ -95,36 +73,21 @@ void allgather(Ctx& c, Algo a, const void* in, void* out, size_t count) {
 void reduce_scatter(Ctx& c, Algo a, const void* in, void* out, size_t count) {
   a = resolve(c, OpKind::reduce_scatter, a, count * c.esize * c.size);
   if (c.size == 1) return copy_bytes(out, in, count * c.esize);
-  switch (a) {
-    case Algo::ring: reduce_scatter_ring(c, in, out, count); break;
-    case Algo::rd: reduce_scatter_halving(c, in, out, count); break;
-    case Algo::direct: reduce_scatter_direct(c, in, out, count); break;
-    default: unreachable(OpKind::reduce_scatter, a);
-  }
+  must(reduce_scatter_fn(a), OpKind::reduce_scatter, a)(c, in, out, count);
   c.wait_all();
 }
 
 void gather(Ctx& c, Algo a, const void* in, void* out, size_t count, int root) {
   a = resolve(c, OpKind::gather, a, count * c.esize * c.size);
   if (c.size == 1) return copy_bytes(out, in, count * c.esize);
-  switch (a) {
-    case Algo::mst: gather_binomial(c, in, out, count, root); break;
-    case Algo::linear: gather_linear(c, in, out, count, root); break;
-    case Algo::direct: gather_direct(c, in, out, count, root); break;
-    default: unreachable(OpKind::gather, a);
-  }
+  must(gather_fn(a), OpKind::gather, a)(c, in, out, count, root);
   c.wait_all();
 }
 
 void scatter(Ctx& c, Algo a, const void* in, void* out, size_t count, int root) {
   a = resolve(c, OpKind::scatter, a, count * c.esize * c.size);
   if (c.size == 1) return copy_bytes(out, in, count * c.esize);
-  switch (a) {
-    case Algo::mst: scatter_binomial(c, in, out, count, root); break;
-    case Algo::linear: scatter_linear(c, in, out, count, root); break;
-    case Algo::direct: scatter_direct(c, in, out, count, root); break;
-    default: unreachable(OpKind::scatter, a);
-  }
+  must(scatter_fn(a), OpKind::scatter, a)(c, in, out, count, root);
   c.wait_all();
 }
 
@@ -140,36 +103,26 @@ void alltoallv(Ctx& c, Algo a, const void* in, const std::vector<size_t>& send_c
   for (size_t n : recv_counts) got += n;
   a = resolve(c, OpKind::alltoallv, a, std::max(sent, got) * c.esize);
   if (c.size == 1) return copy_bytes(out, in, send_counts[0] * c.esize);
-  switch (a) {
-    case Algo::ring:
-    case Algo::direct:  // with unequal counts, the pairwise exchange over shared memory
-      alltoallv_pairwise(c, in, send_counts, out, recv_counts);
-      break;
-    default: unreachable(OpKind::alltoallv, a);
-  }
+  must(alltoallv_fn(a), OpKind::alltoallv, a)(c, in, send_counts, out, recv_counts);
   c.wait_all();
 }
 
 void alltoall(Ctx& c, Algo a, const void* in, void* out, size_t count) {
   a = resolve(c, OpKind::alltoallv, a, count * c.esize * c.size);
   if (c.size == 1) return copy_bytes(out, in, count * c.esize);
-  if (a == Algo::direct) {
+  if (a == Algo::direct) {  // equal blocks: a direct version of its own
     alltoall_direct(c, in, out, count);
-  } else {
-    const std::vector<size_t> counts(c.size, count);
-    alltoallv_pairwise(c, in, counts, out, counts);
+    return c.wait_all();
   }
+  const std::vector<size_t> counts(c.size, count);
+  must(alltoallv_fn(a), OpKind::alltoallv, a)(c, in, counts, out, counts);
   c.wait_all();
 }
 
 void barrier(Ctx& c, Algo a) {
   a = resolve(c, OpKind::barrier, a, 0);
   if (c.size == 1) return;
-  switch (a) {
-    case Algo::rd: barrier_dissemination(c); break;
-    case Algo::direct: barrier_direct(c); break;
-    default: unreachable(OpKind::barrier, a);
-  }
+  must(barrier_fn(a), OpKind::barrier, a)(c);
   c.wait_all();
 }
 

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "algo/algorithms.h"
+#include "algo/registry.h"
 #include "shoal/error.h"
 
 namespace shoal {
@@ -45,34 +46,6 @@ const char* op_kind_name(OpKind k) {
   return "op";
 }
 
-// The algorithms each op has (direct also needs Topo::shm, hier ranks on several hosts).
-bool has_algo(OpKind k, Algo a) {
-  switch (k) {
-    case OpKind::allreduce:
-      return a == Algo::ring || a == Algo::bde || a == Algo::mst || a == Algo::direct || a == Algo::hier;
-    case OpKind::broadcast:
-      return a == Algo::mst || a == Algo::ring || a == Algo::scatter_allgather || a == Algo::linear ||
-             a == Algo::direct || a == Algo::hier;
-    case OpKind::reduce: return a == Algo::mst || a == Algo::ring || a == Algo::direct || a == Algo::hier;
-    case OpKind::allgatherv: return a == Algo::ring || a == Algo::rd || a == Algo::direct || a == Algo::hier;
-    case OpKind::reduce_scatter: return a == Algo::ring || a == Algo::rd || a == Algo::direct;
-    case OpKind::gather:
-    case OpKind::scatter: return a == Algo::mst || a == Algo::linear || a == Algo::direct;
-    case OpKind::alltoallv: return a == Algo::ring || a == Algo::direct;
-    case OpKind::barrier: return a == Algo::rd || a == Algo::direct;
-  }
-  return false;
-}
-
-std::string algos_of(OpKind k) {
-  std::string s;
-  for (Algo a : {Algo::ring, Algo::bde, Algo::mst, Algo::direct, Algo::rd, Algo::scatter_allgather, Algo::linear,
-                 Algo::hier})
-    if (has_algo(k, a)) s += (s.empty() ? "" : ", ") + std::string(algo_name(a));
-  return s;
-}
-
-
 Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo) {
   const bool shm_all = topo == Topo::shm;
   const bool several_hosts = topo == Topo::hosts || topo == Topo::hosts_shm;
@@ -88,11 +61,13 @@ Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo)
     if (!has_algo(kind, requested))
       throw InvalidArgument(std::string(op_kind_name(kind)) + ": algorithm '" + algo_name(requested) +
                             "' does not apply (it has: " + algos_of(kind) + ")");
-    if (requested == Algo::direct && !shm_all)
-      throw InvalidArgument(std::string(op_kind_name(kind)) +
-                            ": algorithm 'direct' needs every rank on this host over shared memory");
-    if (requested == Algo::hier && !several_hosts)
-      throw InvalidArgument(std::string(op_kind_name(kind)) + ": algorithm 'hier' needs ranks on several hosts");
+    const Needs needs = needs_of(kind, requested);
+    if (needs == Needs::shm && !shm_all)
+      throw InvalidArgument(std::string(op_kind_name(kind)) + ": algorithm '" + algo_name(requested) +
+                            "' needs every rank on this host over shared memory");
+    if (needs == Needs::several_hosts && !several_hosts)
+      throw InvalidArgument(std::string(op_kind_name(kind)) + ": algorithm '" + algo_name(requested) +
+                            "' needs ranks on several hosts");
     return requested;
   }
   switch (kind) {

@@ -17,6 +17,7 @@
 
 #include "algo/algorithms.h"
 #include "core/context.h"
+#include "algo/registry.h"
 #include "core/engine.h"
 #include "core/log.h"
 #include "core/params.h"
