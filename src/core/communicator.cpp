@@ -493,10 +493,7 @@ Communicator::~Communicator() {
   // Peers still waiting on this rank learn it is gone (shm: state word; tcp: the sockets close).
   if (m.topo.segs[m.rank].valid()) {
     auto* c = m.topo.segs[m.rank].control();
-    if (c->state.load(std::memory_order_acquire) == 0) {  // an abort's reason stays as it is
-      std::strncpy(c->reason, "the communicator was destroyed", sizeof c->reason - 1);
-      c->state.store(2, std::memory_order_release);
-    }
+    if (c->state_of() == PeerState::alive) c->leave(PeerState::destroyed, "the communicator was destroyed");  // an abort's reason stays
   }
 }
 

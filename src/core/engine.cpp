@@ -85,8 +85,7 @@ Engine::~Engine() {
 void Engine::set_links(std::vector<std::unique_ptr<Link>> links) {
   links_ = std::move(links);
   links_.resize(size);
-  any_tcp_ = std::any_of(links_.begin(), links_.end(),
-                         [](auto& l) { return l && std::strcmp(l->kind(), "tcp") == 0; });
+  any_fd_ = std::any_of(links_.begin(), links_.end(), [](auto& l) { return l && l->wakes_by() == Link::Wake::fd; });
 }
 
 void Engine::set_shm(ShmControl* self, std::vector<ShmControl*> peers) {
@@ -259,11 +258,12 @@ void Engine::sleep(std::chrono::microseconds max, bool (*done)(void*), void* arg
   const auto since = Clock::now() - raised_at_;
   if (since < kRaiseWindow) max = std::min(max, std::chrono::ceil<std::chrono::microseconds>(kRaiseWindow - since));
   if (!ready) {
-    if (any_tcp_) {
-      bool shm_busy = false;
+    if (any_fd_) {
+      // A busy link that rings the doorbell cannot wake epoll: look again within a millisecond.
+      bool bell_busy = false;
       for (auto& l : links_)
-        if (l && l->busy() && std::strcmp(l->kind(), "shm") == 0) shm_busy = true;
-      auto ms = shm_busy ? 1 : std::max<long>(1, std::chrono::duration_cast<std::chrono::milliseconds>(max).count());
+        if (l && l->busy() && l->wakes_by() == Link::Wake::doorbell) bell_busy = true;
+      auto ms = bell_busy ? 1 : std::max<long>(1, std::chrono::duration_cast<std::chrono::milliseconds>(max).count());
       epoll_event evs[16];
       epoll_wait(epfd_, evs, 16, static_cast<int>(ms));
       uint64_t v;
@@ -320,14 +320,14 @@ void Engine::wait(Request* const* reqs, size_t n) {
 // yield phase; exchanges (allreduce, allgather, all-to-all) ran 5-10% slower without it, so they
 // keep it.
 bool Engine::one_way_bulk(Request* const* reqs, size_t n) const {
-  if (!any_tcp_) return false;  // all shm: no walk over the requests
+  if (!any_fd_) return false;  // no socket links: no walk over the requests
   size_t left = 0;
   int dir = -1;
   for (size_t i = 0; i < n; ++i) {
     const Request* r = reqs[i];
     if (r->complete) continue;
     const Link* l = links_[r->peer].get();
-    if (!l || std::strcmp(l->kind(), "tcp") != 0) return false;
+    if (!l || !l->kernel_moves_bytes()) return false;
     if (dir >= 0 && dir != static_cast<int>(r->dir)) return false;
     dir = static_cast<int>(r->dir);
     left += r->bytes - r->done;
@@ -407,8 +407,7 @@ void Engine::wait_loop(std::vector<int> waiting_for, bool (*done)(void*), void* 
 std::string Engine::gone_reason(int r) const {
   if (r == rank || r < 0 || r >= size || !peer_ctl_[r]) return "";
   const ShmControl* c = peer_ctl_[r];
-  if (c->state.load(std::memory_order_acquire) != 0)
-    return std::string(what_) + " on group '" + group + "': " + c->aborted_message(r);
+  if (c->state_of() != PeerState::alive) return std::string(what_) + " on group '" + group + "': " + c->aborted_message(r);
   if (exited(r))
     return std::string(what_) + " on group '" + group + "': rank " + std::to_string(r) + " (pid " +
            std::to_string(c->pid) + ") exited while this rank waited for it";
@@ -447,10 +446,7 @@ void Engine::abort(const std::string& reason) noexcept {
     // a second caller) knows that peers see it too. seq_cst: ordered before the loads of the
     // peers' writing_to in ShmGroup::quiesce_writes (a writer stores its writing_to, then loads
     // this state: ShmGroupImpl::transfer).
-    if (self_) {
-      std::strncpy(self_->reason, reason.c_str(), sizeof self_->reason - 1);
-      self_->state.store(1, std::memory_order_seq_cst);
-    }
+    if (self_) self_->leave(PeerState::aborted, reason, std::memory_order_seq_cst);
     aborted_.store(true, std::memory_order_release);
   }
   SHOAL_LOG(warn, "group '%s' aborted: %s", group.c_str(), reason.c_str());

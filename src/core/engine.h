@@ -131,7 +131,7 @@ class Engine {
   int epfd_ = -1;
   int wakefd_ = -1;  // eventfd in epfd_
   std::atomic<uint32_t> local_bell_{0};  // doorbell when this rank has no shared segment
-  bool any_tcp_ = false;
+  bool any_fd_ = false;  // a link wakes waiters through the epoll set (Link::wakes_by)
   const char* what_ = "op";
   Clock::time_point deadline_;
   std::chrono::milliseconds timeout_{0};  // > 0: deadline_ is set by the op's first wait

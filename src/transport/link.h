@@ -48,7 +48,16 @@ class Link {
   virtual bool busy() const = 0;       // any request posted and not complete
   // Tells the peer this rank is gone (best effort, never throws).
   virtual void close() noexcept = 0;
-  virtual const char* kind() const = 0;  // "shm" or "tcp"
+  virtual const char* kind() const = 0;  // "shm" or "tcp": for people (logs, errors), not for decisions
+  // How a waiter hears news from this link: its peer rings this rank's doorbell (the futex in its
+  // control block), or a file descriptor the link registered in the engine's epoll set becomes
+  // ready.
+  enum class Wake { doorbell, fd };
+  virtual Wake wakes_by() const = 0;
+  // Whether the kernel moves this link's bytes (sockets): a rank that only sends, or only
+  // receives, a large message over it has nothing to do until the kernel says more can move, and
+  // sleeps instead of yielding (Engine::one_way_bulk).
+  virtual bool kernel_moves_bytes() const { return false; }
   // With no receive posted: whether the header of the next message from the peer has arrived,
   // without consuming it (for receives from any source, which look before they post).
   virtual bool peek(FrameHeader* h) = 0;

@@ -59,7 +59,7 @@ void ShmGroupImpl::barrier() {
   // A peer that arrived and then failed (its op timed out, or abort() was called) has aborted
   // the group: its arrival must not let this rank complete the op as if nothing happened.
   for (int r : others_)
-    if (ctl_[r]->state.load(std::memory_order_acquire) == 1) 
+    if (ctl_[r]->state_of() == PeerState::aborted)
       engine_.fail_peer(r, ctl_[r]->aborted_message(r));
 }
 
@@ -89,7 +89,7 @@ void ShmGroupImpl::transfer(int r, bool to_peer, uint8_t* local, uint8_t* remote
     // waits for the piece. A failed call means the peer is gone or did just that; a local fault
     // is reported the same way, as the kernel does not say which side's address it could not use.
     if (to_peer) writing.store(static_cast<uint32_t>(r) + 1, std::memory_order_seq_cst);
-    if (ctl_[r]->state.load(std::memory_order_seq_cst) != 0) {
+    if (ctl_[r]->state_of(std::memory_order_seq_cst) != PeerState::alive) {
       writing.store(0, std::memory_order_release);
       engine_.fail_peer(r, ctl_[r]->aborted_message(r));
     }
@@ -98,7 +98,7 @@ void ShmGroupImpl::transfer(int r, bool to_peer, uint8_t* local, uint8_t* remote
                           : cma::read(ctl_[r]->pid, remote + off, local + off, len);
     if (to_peer) writing.store(0, std::memory_order_release);
     if (e == 0) continue;
-    if (ctl_[r]->state.load(std::memory_order_acquire) != 0) engine_.fail_peer(r, ctl_[r]->aborted_message(r));
+    if (ctl_[r]->state_of() != PeerState::alive) engine_.fail_peer(r, ctl_[r]->aborted_message(r));
     engine_.fail_peer(r, std::string("single-copy ") + (to_peer ? "write" : "read") + " of " + std::to_string(n) +
                              " bytes with rank " + std::to_string(r) + " failed: " + std::strerror(e) +
                              (e == ESRCH ? " (the process is gone)" : ""));

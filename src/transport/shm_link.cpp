@@ -50,12 +50,12 @@ void ShmLink::post(Request* r) {
 }
 
 void ShmLink::check_peer(const Request* r) const {
-  if (peer_ctl_->state.load(std::memory_order_acquire) != 0)
+  if (peer_ctl_->state_of() != PeerState::alive)
     throw PeerError(std::string(r->what) + ": " + peer_ctl_->aborted_message(peer_));
 }
 
 void ShmLink::check_peer_stalled(const Request* r, uint64_t avail) const {
-  if (peer_ctl_->state.load(std::memory_order_acquire) == 0) return;
+  if (peer_ctl_->state_of() == PeerState::alive) return;
   // The peer stores its state (a release) after everything it wrote into our ring, so head, read
   // again after the state (an acquire), shows all of it. A peer that sent its last bytes and
   // left (its op complete, its communicator destroyed) between our look at head and at the

@@ -20,6 +20,7 @@ class ShmLink : public Link {
   bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
   void close() noexcept override {}
   const char* kind() const override { return "shm"; }
+  Wake wakes_by() const override { return Wake::doorbell; }
   bool peek(FrameHeader* h) override;
 
  private:

@@ -7,11 +7,20 @@
 // crashed process left between creation and that point.
 #pragma once
 #include <atomic>
+#include <cstring>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 namespace shoal {
+
+// A rank's state in its control block. The owner writes it, once, through ShmControl::leave;
+// peers read it (ShmControl::state_of) before they wait on, read from or write to the owner.
+enum class PeerState : uint32_t {
+  alive = 0,
+  aborted = 1,    // its group failed (a peer, a timeout, abort()): the reason says why
+  destroyed = 2,  // its communicator was destroyed (a peer still waiting on it fails)
+};
 
 struct alignas(64) ShmControl {
   uint64_t magic;
@@ -25,7 +34,7 @@ struct alignas(64) ShmControl {
   uint64_t scratch_bytes;
   alignas(64) std::atomic<uint32_t> doorbell;  // bumped by anyone with news for the owner
   alignas(64) std::atomic<uint32_t> sleeping;  // owner is (about to be) in futex_wait on doorbell
-  alignas(64) std::atomic<uint32_t> state;     // 0 alive, 1 aborted (reason below)
+  alignas(64) std::atomic<uint32_t> state;     // a PeerState: leave() writes it, state_of() reads it
   // 1 + the rank whose memory the owner is writing into by single copy right now, else 0: a rank
   // that failed an op waits until no peer writes into it before the failure reaches its caller
   // (ShmGroup::quiesce_writes).
@@ -36,9 +45,19 @@ struct alignas(64) ShmControl {
   // the error of a mismatch: on a line of its own, which the owner's stores keep in its cache.
   alignas(64) std::atomic<uint64_t> call[4];
 
-  // "rank <owner> aborted: <reason>": what a peer that finds this block's state non-zero reports.
+  // "rank <owner> aborted: <reason>": what a peer that finds this block's state not alive reports.
   // Call after that load (an acquire): the owner wrote the reason before its state (a release).
   std::string aborted_message(int owner) const;
+  // By the owner: it leaves the group with `reason` (written first, so that a peer that sees the
+  // state sees the reason). `order` is at least a release; seq_cst where a later load of the
+  // owner's must not pass it (Engine::abort).
+  void leave(PeerState s, const std::string& why, std::memory_order order = std::memory_order_release) {
+    std::strncpy(reason, why.c_str(), sizeof reason - 1);
+    state.store(static_cast<uint32_t>(s), order);
+  }
+  PeerState state_of(std::memory_order order = std::memory_order_acquire) const {
+    return static_cast<PeerState>(state.load(order));
+  }
 };
 
 struct alignas(64) ShmRing {  // single producer (the peer), single consumer (the owner)

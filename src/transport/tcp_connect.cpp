@@ -578,6 +578,8 @@ class LazyTcpLink final : public Link {
     conn_->shutdown();
   }
   const char* kind() const override { return "tcp"; }
+  Wake wakes_by() const override { return Wake::fd; }
+  bool kernel_moves_bytes() const override { return true; }
   std::string stalled() const override { return link_ ? "" : "not connected to " + conn_->describe(peer_); }
   bool peek(FrameHeader* h) override {
     if (!link_) {

@@ -157,6 +157,8 @@ class TcpLink final : public Link {
   }
 
   const char* kind() const override { return "tcp"; }
+  Wake wakes_by() const override { return Wake::fd; }
+  bool kernel_moves_bytes() const override { return true; }
 
  private:
   bool has_part(const Request* r, int s) const { return s == 0 || is_split(r->bytes, nstreams_); }
