@@ -229,6 +229,16 @@ RunConfig transport_config(const std::string& transport) {
   return cfg;
 }
 
+RunConfig timed_config(const std::string& transport, std::chrono::milliseconds timeout, std::chrono::seconds limit,
+                       bool clear_algo) {
+  RunConfig cfg = transport_config(transport);
+  cfg.options.timeout = timeout;
+  cfg.env.push_back({"SHOAL_TIMEOUT", ""});
+  if (clear_algo) cfg.env.push_back({"SHOAL_ALGO", ""});
+  cfg.limit = limit;
+  return cfg;
+}
+
 std::vector<std::string> list_dev_shm_shoal() {
   std::vector<std::string> out;
   DIR* d = ::opendir("/dev/shm");

@@ -55,6 +55,10 @@ struct RunConfig {
 // A config for a transport: "shm" (the default on one host: SHOAL_TRANSPORT unset) or "tcp"
 // (SHOAL_TRANSPORT=tcp).
 RunConfig transport_config(const std::string& transport);
+// The same, with the group's timeout `timeout` whatever SHOAL_TIMEOUT says, the automatic choice
+// of algorithms whatever SHOAL_ALGO says (unless clear_algo is false), and `limit` for the run.
+RunConfig timed_config(const std::string& transport, std::chrono::milliseconds timeout, std::chrono::seconds limit,
+                       bool clear_algo = true);
 
 struct RankOutcome {
   int rank = -1;

@@ -787,11 +787,7 @@ class Collectives : public ::testing::TestWithParam<Param> {};
 
 TEST_P(Collectives, Matrix) {
   const auto& [n, transport, family] = GetParam();
-  RunConfig cfg = transport_config(transport);
-  cfg.options.timeout = std::chrono::seconds(60);
-  cfg.env.push_back({"SHOAL_TIMEOUT", ""});
-  cfg.env.push_back({"SHOAL_ALGO", ""});
-  cfg.limit = std::chrono::seconds(280);
+  RunConfig cfg = timed_config(transport, std::chrono::seconds(60), std::chrono::seconds(280));
   const Where w = transport == "shm" ? Where::shm : Where::tcp;
   auto start = std::chrono::steady_clock::now();
   run_ranks(n, cfg, [&, family = family, transport = transport](Communicator& c) {
@@ -850,11 +846,7 @@ class CollectivesHosts : public ::testing::TestWithParam<HostsParam> {};
 TEST_P(CollectivesHosts, Matrix) {
   const auto& [layout, family] = GetParam();
   const std::vector<std::string> host = split_layout(layout);
-  RunConfig cfg = transport_config("shm");
-  cfg.options.timeout = std::chrono::seconds(60);
-  cfg.env.push_back({"SHOAL_TIMEOUT", ""});
-  cfg.env.push_back({"SHOAL_ALGO", ""});
-  cfg.limit = std::chrono::seconds(280);
+  RunConfig cfg = timed_config("shm", std::chrono::seconds(60), std::chrono::seconds(280));
   cfg.before_construct = [host](int rank) { setenv("SHOAL_HOST_ID", ("test-host-" + host[rank]).c_str(), 1); };
   run_ranks(static_cast<int>(host.size()), cfg, [&, family = family](Communicator& c) {
     check_simd_level();
@@ -904,12 +896,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(CollectivesTcpStore, Families) {
   for (const std::string transport : {"shm", "tcp"}) {
     SCOPED_TRACE(transport);
-    RunConfig cfg = transport_config(transport);
+    RunConfig cfg = timed_config(transport, std::chrono::seconds(60), std::chrono::seconds(120));
     cfg.store = StoreKind::tcp;
-    cfg.options.timeout = std::chrono::seconds(60);
-    cfg.env.push_back({"SHOAL_TIMEOUT", ""});
-    cfg.env.push_back({"SHOAL_ALGO", ""});
-    cfg.limit = std::chrono::seconds(120);
     run_ranks(4, cfg, [transport](Communicator& c) {
       check_transport(c, transport);
       Suite s(c);
@@ -928,10 +916,7 @@ TEST(CollectivesTcpStore, Families) {
 TEST(CollectivesAsync, TwoGroupsOppositeOrder) {
   for (const std::string transport : {"shm", "tcp"}) {
     SCOPED_TRACE(transport);
-    RunConfig cfg = transport_config(transport);
-    cfg.options.timeout = std::chrono::seconds(10);
-    cfg.env.push_back({"SHOAL_TIMEOUT", ""});
-    cfg.limit = std::chrono::seconds(60);
+    RunConfig cfg = timed_config(transport, std::chrono::seconds(10), std::chrono::seconds(60), false);
     run_ranks(2, cfg, [](Communicator& a) {
       Options o = a.options();
       o.group_name = "second";
@@ -963,10 +948,7 @@ TEST(CollectivesAsync, TwoGroupsOppositeOrder) {
 TEST(CollectivesAsync, WhoRunsTheOp) {
   for (const std::string transport : {"shm", "tcp"}) {
     SCOPED_TRACE(transport);
-    RunConfig cfg = transport_config(transport);
-    cfg.options.timeout = std::chrono::seconds(20);
-    cfg.env.push_back({"SHOAL_TIMEOUT", ""});
-    cfg.limit = std::chrono::seconds(60);
+    RunConfig cfg = timed_config(transport, std::chrono::seconds(20), std::chrono::seconds(60), false);
     run_ranks(3, cfg, [](Communicator& c) {
       const auto me = std::this_thread::get_id();
       struct Done {
@@ -1060,11 +1042,7 @@ TEST(CollectivesAsync, WhoRunsTheOp) {
 // (no slot is reused while a peer may read it), on the rotation of roots of broadcast, reduce,
 // gather and scatter, with allreduces between.
 TEST(CollectivesSmall, RanksApartGetEveryResult) {
-  RunConfig cfg = transport_config("shm");
-  cfg.options.timeout = std::chrono::seconds(30);
-  cfg.env.push_back({"SHOAL_TIMEOUT", ""});
-  cfg.env.push_back({"SHOAL_ALGO", ""});
-  cfg.limit = std::chrono::seconds(90);
+  RunConfig cfg = timed_config("shm", std::chrono::seconds(30), std::chrono::seconds(90));
   run_ranks(3, cfg, [](Communicator& c) {
     const int n = c.size(), me = c.rank();
     std::mt19937 rng(1234 + me);

@@ -108,10 +108,7 @@ class InvalidArgs : public ::testing::TestWithParam<std::string> {};
 // or from wait()); rank 1 makes none. Then the whole group runs correct ops: none of the invalid
 // calls reached a peer or spoiled the communicator.
 TEST_P(InvalidArgs, RaiseOnCallerOnly) {
-  RunConfig cfg = transport_config(GetParam());
-  cfg.options.timeout = std::chrono::seconds(20);
-  cfg.env.push_back({"SHOAL_TIMEOUT", ""});
-  cfg.limit = std::chrono::seconds(90);
+  RunConfig cfg = timed_config(GetParam(), std::chrono::seconds(20), std::chrono::seconds(90), false);
   run_ranks(3, cfg, [](Communicator& c) {
     const int n = c.size(), me = c.rank();
     std::vector<float> a(64 * n, 1.0f), b(64 * n, 0.0f);
@@ -353,11 +350,7 @@ TEST_P(Mismatched, EveryRankGetsAnError) {
   const Mismatch mm = kMismatches[which];
   constexpr int n = 3;
   constexpr double kTimeout = 3.0;
-  RunConfig cfg = transport_config(transport);
-  cfg.options.timeout = std::chrono::milliseconds(int(kTimeout * 1000));
-  cfg.env.push_back({"SHOAL_TIMEOUT", ""});
-  cfg.env.push_back({"SHOAL_ALGO", ""});
-  cfg.limit = std::chrono::seconds(40);
+  RunConfig cfg = timed_config(transport, std::chrono::milliseconds(int(kTimeout * 1000)), std::chrono::seconds(40));
   auto res = run_ranks_outcomes(n, cfg, [mm](Communicator& c) {
     const bool odd = c.rank() == c.size() - 1;
     const size_t count = mm.large ? (size_t(1) << 20) + 3 : 1001;
@@ -393,11 +386,7 @@ TEST_P(Mismatched, EveryRankGetsAnError) {
 class MismatchMessage : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MismatchMessage, QuotesBothCalls) {
-  RunConfig cfg = transport_config(GetParam());
-  cfg.options.timeout = std::chrono::milliseconds(1000);
-  cfg.env.push_back({"SHOAL_TIMEOUT", ""});
-  cfg.env.push_back({"SHOAL_ALGO", ""});
-  cfg.limit = std::chrono::seconds(40);
+  RunConfig cfg = timed_config(GetParam(), std::chrono::milliseconds(1000), std::chrono::seconds(40));
   auto res = run_ranks_outcomes(2, cfg, [](Communicator& c) {
     std::vector<float> a(1001, 1.0f), b(1001, 0.0f);
     c.allreduce(a.data(), b.data(), 7, DType::f32, ReduceOp::max)->wait();

@@ -155,11 +155,7 @@ void expect_private_modes(const RunResult& res) {
 }
 
 RunConfig failure_config(const std::string& transport, int timeout_s) {
-  RunConfig cfg = transport_config(transport);
-  cfg.options.timeout = std::chrono::seconds(timeout_s);
-  cfg.env.push_back({"SHOAL_TIMEOUT", ""});
-  cfg.env.push_back({"SHOAL_ALGO", ""});
-  cfg.limit = std::chrono::seconds(45);
+  RunConfig cfg = timed_config(transport, std::chrono::seconds(timeout_s), std::chrono::seconds(45));
   cfg.watch_dev_shm = transport == "shm";
   return cfg;
 }

@@ -108,11 +108,7 @@ void every_op(Communicator& c) {
 class ManyRanks : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ManyRanks, EveryOp) {
-  RunConfig cfg = transport_config(GetParam());
-  cfg.options.timeout = std::chrono::seconds(120);
-  cfg.env.push_back({"SHOAL_TIMEOUT", ""});
-  cfg.env.push_back({"SHOAL_ALGO", ""});
-  cfg.limit = std::chrono::seconds(280);
+  RunConfig cfg = timed_config(GetParam(), std::chrono::seconds(120), std::chrono::seconds(280));
   run_ranks(kRanks, cfg, [transport = GetParam()](Communicator& c) {
     SH_CHECK_EQ(c.transport_to((c.rank() + 1) % c.size()), transport);
     every_op(c);
@@ -154,10 +150,7 @@ TEST(ManyRanks, TcpConnectsOnlyThePairsThatTalk) {
 // does whatever it is waiting on: here rank 0 waits on rank 1 (already connected) while rank 2's
 // first send to it waits, and rank 1 waits on rank 2.
 TEST(ManyRanks, TcpAcceptsWhileWaitingOnAnotherPeer) {
-  RunConfig cfg = transport_config("tcp");
-  cfg.options.timeout = std::chrono::seconds(20);
-  cfg.env.push_back({"SHOAL_TIMEOUT", ""});
-  cfg.limit = std::chrono::seconds(60);
+  RunConfig cfg = timed_config("tcp", std::chrono::seconds(20), std::chrono::seconds(60), false);
   run_ranks(3, cfg, [](Communicator& c) {
     int32_t a = 10 + c.rank(), b = -1, d = -1;
     if (c.rank() < 2) {  // connect 0 and 1 first

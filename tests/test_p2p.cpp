@@ -24,12 +24,10 @@ constexpr size_t kSizes[] = {0, 1, 7, 4097, 65537, kLarge};
 // every sendmsg stops short (partial writes inside headers and payloads, on every stream), and
 // "tcp_nolowat" is TCP with no such limit (=0, the kernel's default).
 RunConfig p2p_config(const std::string& transport) {
-  RunConfig cfg = transport_config(transport.rfind("tcp", 0) == 0 ? "tcp" : transport);
+  RunConfig cfg = timed_config(transport.rfind("tcp", 0) == 0 ? "tcp" : transport, std::chrono::seconds(30),
+                               std::chrono::seconds(120), false);
   if (transport == "tcp_lowat1") cfg.env.push_back({"SHOAL_TCP_NOTSENT_LOWAT", "1"});
   if (transport == "tcp_nolowat") cfg.env.push_back({"SHOAL_TCP_NOTSENT_LOWAT", "0"});
-  cfg.options.timeout = std::chrono::seconds(30);
-  cfg.env.push_back({"SHOAL_TIMEOUT", ""});
-  cfg.limit = std::chrono::seconds(120);
   return cfg;
 }
 
