@@ -229,8 +229,8 @@ struct Communicator::Impl final : WorkDriver {
   bool running = false;       // an op is executing (on the progress thread, or inline after a claim under mu)
   // The fast path of a blocking call, which claims an idle engine without taking mu: a lock and an
   // unlock before the op and again after it were four locked instructions, each of which waits
-  // until the stores the op made reach the peers' caches, 10-25% of a small op's time at 2 ranks
-  // (BENCHMARKS.md, "The fixed cost of a call"). kOpen: the engine is free, nothing is queued or
+  // until the stores the op made reach the peers' caches (BENCHMARKS.md, "Locked instructions on
+  // the path of a small op"). kOpen: the engine is free, nothing is queued or
   // in flight and the communicator is not stopping (the gate is opened only then, under mu); a
   // blocking caller takes it with one compare-and-swap (kOpen -> kFast) and gives it back with
   // another (kFast -> kOpen). Any other thread that needs the state behind mu closes the gate first
@@ -309,14 +309,22 @@ struct Communicator::Impl final : WorkDriver {
     eager = false;  // this caller waits at once
     return Claim::slow;
   }
-  void give_back_engine(Claim c) {
-    if (c == Claim::fast && !engine->aborted()) {
+  // Gives the engine back; `handed_p2p` counts a p2p request left in `pending` for the progress
+  // thread to complete (run_p2p_now), which takes the way through mu.
+  void give_back_engine(Claim c, bool handed_p2p = false) {
+    if (c == Claim::fast && !handed_p2p && !engine->aborted()) {
       uint32_t g = kFast;
       if (gate.compare_exchange_strong(g, kOpen, std::memory_order_release, std::memory_order_relaxed)) return;
     }
     std::lock_guard<std::mutex> lk(mu);
     if (c == Claim::fast) gate.store(kClosed, std::memory_order_relaxed);  // another thread came meanwhile
+    if (handed_p2p) npending.fetch_add(1);
     release_engine();
+  }
+  // The call this thread runs now: the engine's record of it, and SHOAL_LOG=debug's line.
+  void enter_call(const CallRecord& c) {
+    engine->set_call(c);
+    SHOAL_LOG(debug, "%s", describe_call(c).c_str());
   }
   // Progresses the p2p ops in flight (matching any-source receives) until until() holds or none
   // is left. The caller owns the engine (`running`). Throws what the engine's wait throws.
@@ -697,8 +705,7 @@ std::exception_ptr Communicator::Impl::run_collective(const char* what, OpDesc& 
   try {
     sequence(d);
     if (engine->aborted()) engine->throw_aborted();
-    engine->set_call(call_of(d));
-    SHOAL_LOG(debug, "%s", describe_call(engine->call()).c_str());
+    enter_call(call_of(d));
     engine->begin_op(what, opts.timeout);
     const ReduceOp kernel_op = d.op == ReduceOp::avg ? ReduceOp::sum : d.op;  // avg: run_op scales
     Ctx ctx(*engine, shm.get(), scratch, rank, size, d.dt, kernel_op, what, d.sig, topo.topo, &topo.hosts);
@@ -874,8 +881,7 @@ bool Communicator::Impl::run_p2p_now(const Request& r, const CallRecord& call, W
   p = P2P{r, nullptr, Clock::time_point::max(), call};
   std::exception_ptr e;
   try {
-    engine->set_call(call);
-    SHOAL_LOG(debug, "%s", describe_call(call).c_str());
+    enter_call(call);
     if (engine->aborted()) engine->throw_aborted();
     engine->begin_op(r.what, opts.timeout);
     engine->post(&p.req);
@@ -900,12 +906,7 @@ bool Communicator::Impl::run_p2p_now(const Request& r, const CallRecord& call, W
     auto w = std::make_shared<Work>(r.what);
     if (r.dir == Request::Dir::recv) w->set_source(r.peer);
     p.work = w;
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      if (c == Claim::fast) gate.store(kClosed, std::memory_order_relaxed);
-      npending.fetch_add(1);
-      release_engine();
-    }
+    give_back_engine(c, true);
     w->wait();
     *handed_over = w;
     return true;
@@ -920,12 +921,7 @@ WorkPtr Communicator::Impl::completed_recv(int peer) {
   // One per source rank, for the process's lifetime (shared by its communicators).
   static constexpr int kRanks = 4096;
   static std::atomic<Work*> works[kRanks];
-  if (peer >= kRanks) {
-    auto w = std::make_shared<Work>("recv");
-    w->set_source(peer);
-    w->finish(nullptr);
-    return w;
-  }
+  if (peer >= kRanks) return WorkPtr(finished_work("recv", peer));  // owned by the caller
   Work* w = works[peer].load(std::memory_order_acquire);
   if (!w) {
     Work* made = finished_work("recv", peer);
@@ -942,8 +938,7 @@ WorkPtr Communicator::Impl::completed_send() {
 
 void Communicator::Impl::post_p2p(Op& op) {
   const Request& r = op.p2p;
-  engine->set_call(op.call);
-  SHOAL_LOG(debug, "%s", describe_call(engine->call()).c_str());
+  enter_call(op.call);
   pending.push_back(P2P{r, op.work, Clock::now() + opts.timeout, op.call});
   npending.fetch_add(1);
   if (r.peer == kAnySource) return;  // posted to a link once its message is seen (match_any_source)

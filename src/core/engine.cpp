@@ -152,17 +152,20 @@ CallRecord Engine::shm_call(int r) const {
   return load_call(peer_ctl_[r]->call);
 }
 
+// A line of an error that quotes rank r's call.
+static std::string called(int r, const std::string& what) { return "\n  rank " + std::to_string(r) + " called: " + what; }
+
 std::vector<int> Engine::add_calls(std::string& msg, const std::vector<int>& peers) const {
   std::vector<int> remote;
   if (!describe_call) return remote;
-  msg += "\n  rank " + std::to_string(rank) + " called: " + describe_call(call());
+  msg += called(rank, describe_call(call()));
   std::vector<int> quoted;  // each peer once, at most kQuotedPeers of them
   for (int r : peers)
     if (r >= 0 && r < size && r != rank && quoted.size() < kQuotedPeers &&
         std::find(quoted.begin(), quoted.end(), r) == quoted.end())
       quoted.push_back(r);
   for (int r : quoted) {
-    if (peer_ctl_[r]) msg += "\n  rank " + std::to_string(r) + " called: " + describe_call(shm_call(r));
+    if (peer_ctl_[r]) msg += called(r, describe_call(shm_call(r)));
     else remote.push_back(r);
   }
   return remote;
@@ -179,8 +182,7 @@ void Engine::add_published_calls(std::string& msg, const std::vector<int>& remot
   }
   texts.resize(remote.size());
   for (size_t i = 0; i < remote.size(); ++i)
-    msg += "\n  rank " + std::to_string(remote[i]) + " called: " +
-           (texts[i].empty() ? "(not known: it did not say in time)" : texts[i]);
+    msg += called(remote[i], texts[i].empty() ? "(not known: it did not say in time)" : texts[i]);
 }
 
 void Engine::fail_mismatch(int peer, const std::string& what) {
@@ -206,8 +208,8 @@ void Engine::fail_peer(int peer, const std::string& what) {
     if (!why.empty()) msg = std::string(what_) + " on group '" + group + "': rank " + std::to_string(peer) + " aborted: " + why;
   }
   // What this rank was running, unless the peer's reason says already (a mismatch it found).
-  const std::string mine = "rank " + std::to_string(rank) + " called: ";
-  if (describe_call && call().seq != 0 && msg.find(mine) == std::string::npos) msg += "\n  " + mine + describe_call(call());
+  if (describe_call && call().seq != 0 && msg.find(called(rank, "")) == std::string::npos)
+    msg += called(rank, describe_call(call()));
   abort(msg);
   close_links();
   throw PeerError(msg);

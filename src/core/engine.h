@@ -82,7 +82,7 @@ class Engine {
   CallRecord shm_call(int r) const;
   // Fails the op because `peer` is in a different call: the message quotes both calls (the
   // peer's read from its control block on this host, or, from another host, what it published
-  // when it failed in turn: peer_call), then as fail_peer.
+  // when it failed in turn: peer_calls), then as fail_peer.
   [[noreturn]] void fail_mismatch(int peer, const std::string& what);
   // Set by the communicator: a call in words, and the words peers on another host published for
   // their calls when they failed (by peer; "" where none did in time).
