@@ -1,11 +1,18 @@
 #!/usr/bin/env python3
-"""Measure every algorithm of an op at every size, to set the thresholds of the automatic choice.
+"""Measure every algorithm of an op at every size, to set the automatic choice.
 
     python3 scripts/tune_algos.py allreduce --ranks 4 --transport tcp --algos mst,bde,ring
 
 Runs build/shoal-bench once per algorithm (plus auto) over the same sizes and prints one table:
 time in µs per algorithm, the fastest marked with '*', and what auto chose (its time). The
 thresholds in src/algo/select.cpp and the table in docs/algorithms.md come from these runs.
+
+    python3 scripts/tune_algos.py --direct-reduce [--ranks-list 2,3,4,8] [--rounds 5] [--out FILE]
+
+Times the shared-memory allreduce and reduce both ways (SHOAL_DIRECT_REDUCE=one_shot, two_shot)
+at each group size and message size, rounds interleaved, and prints the medians in the format
+SHOAL_TUNING reads (src/algo/cost.h); --out writes them to FILE. The built-in points,
+src/algo/cost_points.inc, are such a file.
 """
 import argparse
 import json
@@ -17,14 +24,14 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(bench, op, ranks, algo, transport, lo, hi, factor, iters):
+def run(bench, op, ranks, algo, transport, lo, hi, factor, iters, env=None):
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         path = f.name
     cmd = [bench, op, "-n", str(ranks), "-b", lo, "-e", hi, "-f", str(factor), "--algo", algo,
            "--transport", transport, "--check", "--json", path]
     if iters:
         cmd += ["--iters", str(iters)]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=dict(os.environ, **(env or {})))
     with open(path) as f:
         rows = json.load(f)["rows"]
     os.unlink(path)
@@ -34,18 +41,59 @@ def run(bench, op, ranks, algo, transport, lo, hi, factor, iters):
     return {r["bytes"]: r["shoal_us"] for r in rows}
 
 
+def tune_direct_reduce(a):
+    ways = ["one_shot", "two_shot"]
+    out_lines = ["# scripts/tune_algos.py --direct-reduce --ranks-list %s --rounds %d -b %s -e %s"
+                 % (a.ranks_list, a.rounds, a.b, a.e),
+                 "# direct OP RANKS BYTES ONE_SHOT_US TWO_SHOT_US (medians)"]
+    ops, ranks = ["allreduce", "reduce"], [int(x) for x in a.ranks_list.split(",")]
+    # Rounds outermost: this machine's speed between cores changes for minutes at a time
+    # (BENCHMARKS.md, "Near and far cores"), so every group size gets runs from every stretch.
+    times = {(op, p, w): {} for op in ops for p in ranks for w in ways}
+    for rnd in range(a.rounds):
+        for op in ops:
+            for p in ranks:
+                for w in (ways if rnd % 2 == 0 else ways[::-1]):
+                    got = run(a.bench, op, p, "direct", "shm", a.b, a.e, a.f, a.iters, {"SHOAL_DIRECT_REDUCE": w})
+                    for n, t in got.items():
+                        times[(op, p, w)].setdefault(n, []).append(t)
+    for op in ops:
+        for p in ranks:
+            med = {w: {n: sorted(ts)[len(ts) // 2] for n, ts in times[(op, p, w)].items()} for w in ways}
+            print(f"# {op}, {p} ranks: median us of {a.rounds} rounds (* = faster)")
+            for n in sorted(med["one_shot"]):
+                t1, t2 = med["one_shot"][n], med["two_shot"][n]
+                print(f"#   {n:>10}  one_shot {t1:9.1f}{'*' if t1 <= t2 else ' '}  two_shot {t2:9.1f}{'*' if t2 < t1 else ' '}")
+                out_lines.append(f"direct {op} {p} {n} {t1:.1f} {t2:.1f}")
+    text = "\n".join(out_lines) + "\n"
+    print(text, end="")
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("op")
+    ap.add_argument("op", nargs="?")
+    ap.add_argument("--direct-reduce", action="store_true", help="fit the direct allreduce/reduce cost lines")
+    ap.add_argument("--ranks-list", default="2,3,4,8")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out")
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--transport", default="tcp")
-    ap.add_argument("--algos", required=True, help="comma-separated, e.g. mst,bde,ring")
+    ap.add_argument("--algos", help="comma-separated, e.g. mst,bde,ring")
     ap.add_argument("-b", default="4K")
     ap.add_argument("-e", default="64M")
     ap.add_argument("-f", type=int, default=4)
     ap.add_argument("--iters", type=int, default=0)
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "shoal-bench"))
     a = ap.parse_args()
+    if a.direct_reduce:
+        if a.b == "4K" and a.e == "64M":
+            a.b, a.e, a.f = "16K", "4M", 2
+        return tune_direct_reduce(a)
+    if not a.op or not a.algos:
+        ap.error("give an OP and --algos, or --direct-reduce")
     algos = a.algos.split(",") + ["auto"]
     res = {al: run(a.bench, a.op, a.ranks, al, a.transport, a.b, a.e, a.f, a.iters) for al in algos}
     sizes = sorted(res[algos[0]])

@@ -5,7 +5,12 @@
 // rank overwriting a slot that a slow peer is still reading would show up as a wrong sum.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "algo/direct_common.h"
@@ -70,7 +75,7 @@ TEST_P(DirectReuse, EveryOpWithOddAndEvenChunkCounts) {
     for (int iter = 0; iter < 120; ++iter) {
       const size_t count = counts[(iter / 5) % 4];
       if (rng() % 3 == 0) usleep(rng() % 200);
-      const int kind = iter % 6, root = iter % p;
+      const int kind = iter % 7, root = iter % p;
       auto val = [&](int r, size_t i) { return static_cast<float>((r + 1) * (iter % 13 + 1) + static_cast<int>(i % 5)); };
       if (kind == 0) {  // broadcast
         in.assign(count, 0);
@@ -112,6 +117,19 @@ TEST_P(DirectReuse, EveryOpWithOddAndEvenChunkCounts) {
         for (int r = 0; r < p; ++r)
           for (size_t i = 0; i < count; ++i)
             SH_CHECK(dst[r * count + i] == val(r, me * 7 + i)) << "alltoall iter " << iter << " block " << r << " i " << i;
+      } else if (kind == 6) {  // alltoallv: rank i sends rank j a block of ((i + 2j + iter) % 4) / 2 · count elements
+        auto len = [&](int from, int to) { return ((from + 2 * to + iter) % 4) * count / 2; };
+        std::vector<size_t> sc(p), rc(p);
+        size_t st = 0, rt = 0;
+        for (int j = 0; j < p; ++j) sc[j] = len(me, j), rc[j] = len(j, me), st += sc[j], rt += rc[j];
+        in.assign(st, 0);
+        for (int j = 0, o = 0; j < p; o += static_cast<int>(sc[j]), ++j)
+          for (size_t i = 0; i < sc[j]; ++i) in[o + i] = val(me, j * 7 + i);
+        out.assign(rt, -1);
+        c.alltoallv(in.data(), sc, out.data(), rc, DType::f32, {Algo::direct})->wait();
+        for (int j = 0, o = 0; j < p; o += static_cast<int>(rc[j]), ++j)
+          for (size_t i = 0; i < rc[j]; ++i)
+            SH_CHECK(out[o + i] == val(j, me * 7 + i)) << "alltoallv iter " << iter << " from " << j << " i " << i;
       } else {  // allreduce
         in.resize(count);
         out.assign(count, -1);
@@ -129,3 +147,108 @@ TEST_P(DirectReuse, EveryOpWithOddAndEvenChunkCounts) {
 
 INSTANTIATE_TEST_SUITE_P(All, DirectReuse, ::testing::Values(2, 3, 4, 8),
                          [](const auto& info) { return "n" + std::to_string(info.param); });
+
+// The two ways of the direct allreduce and reduce above the small protocol (src/algo/cost.h),
+// each forced on every rank, at sizes of one chunk (a slice per rank, odd counts) and of several,
+// against sums and maxima computed here.
+using WaysParam = std::tuple<int, std::string>;  // world size, SHOAL_DIRECT_REDUCE
+class DirectReduceWays : public ::testing::TestWithParam<WaysParam> {};
+
+TEST_P(DirectReduceWays, AllreduceAndReduceMatchTheReference) {
+  const auto& [n, way] = GetParam();
+  RunConfig cfg = transport_config("shm");
+  cfg.env.push_back({"SHOAL_DIRECT_REDUCE", way});
+  run_ranks(n, cfg, [](Communicator& c) {
+    const int p = c.size(), me = c.rank();
+    const size_t counts[] = {2049, 4097, 5003, 65537, 300001, 1000003};
+    std::vector<float> in, out;
+    std::vector<int64_t> in64, out64;
+    for (size_t k = 0; k < std::size(counts); ++k) {
+      const size_t count = counts[k];
+      const int root = static_cast<int>(k) % p;
+      auto val = [&](int r, size_t i) { return static_cast<float>((r + 1) * 3 + static_cast<int>(i % 11)); };
+      in.resize(count);
+      for (size_t i = 0; i < count; ++i) in[i] = val(me, i);
+      for (bool rooted : {false, true}) {
+        out.assign(count, -1);
+        if (rooted)
+          c.reduce(in.data(), out.data(), count, DType::f32, ReduceOp::sum, root, {Algo::direct})->wait();
+        else
+          c.allreduce(in.data(), out.data(), count, DType::f32, ReduceOp::sum, {Algo::direct})->wait();
+        if (rooted && me != root) {
+          SH_CHECK(out[0] == -1 && out[count - 1] == -1) << "reduce wrote a non-root rank's output";
+          continue;
+        }
+        for (size_t i = 0; i < count; ++i) {
+          float want = 0;
+          for (int r = 0; r < p; ++r) want += val(r, i);
+          SH_CHECK(out[i] == want) << (rooted ? "reduce" : "allreduce") << " of " << count << " f32, element " << i
+                                   << ": got " << out[i] << ", expected " << want;
+        }
+      }
+      // i64 max, values beyond 2^53 so that a trip through floating point would show.
+      in64.resize(count);
+      out64.assign(count, 0);
+      for (size_t i = 0; i < count; ++i) in64[i] = (int64_t(1) << 60) + int64_t(i % 97) * 1000 + ((me * 7 + static_cast<int>(i)) % p);
+      c.allreduce(in64.data(), out64.data(), count, DType::i64, ReduceOp::max, {Algo::direct})->wait();
+      for (size_t i = 0; i < count; ++i) {
+        int64_t want = INT64_MIN;
+        for (int r = 0; r < p; ++r)
+          want = std::max(want, (int64_t(1) << 60) + int64_t(i % 97) * 1000 + ((r * 7 + static_cast<int>(i)) % p));
+        SH_CHECK(out64[i] == want) << "allreduce max of " << count << " i64, element " << i;
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(All, DirectReduceWays,
+                         ::testing::Combine(::testing::Values(2, 3, 5, 8), ::testing::Values("one_shot", "two_shot")),
+                         [](const auto& info) { return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param); });
+
+// Ranks that disagree on the way (a different SHOAL_DIRECT_REDUCE or SHOAL_TUNING) fail the op
+// with a mismatch error on every rank, never a hang or a wrong result.
+TEST(DirectReduceAgreement, RanksThatDisagreeFailWithAMismatch) {
+  RunConfig cfg = timed_config("shm", std::chrono::seconds(20), std::chrono::seconds(60));
+  cfg.before_construct = [](int rank) { setenv("SHOAL_DIRECT_REDUCE", rank == 1 ? "two_shot" : "one_shot", 1); };
+  const RunResult res = run_ranks_outcomes(3, cfg, [](Communicator& c) {
+    std::vector<float> in(100000, 1.0f), out(100000);
+    c.allreduce(in.data(), out.data(), in.size(), DType::f32, ReduceOp::sum, {Algo::direct})->wait();
+    SH_CHECK(false) << "the allreduce completed although the ranks ran it different ways";
+  });
+  ASSERT_EQ(res.ranks.size(), 3u) << res.describe();
+  for (const auto& o : res.ranks) {
+    EXPECT_EQ(o.error_kind, "PeerError") << "rank " << o.rank << ": " << o.message;
+    EXPECT_NE(o.message.find("different call"), std::string::npos) << "rank " << o.rank << ": " << o.message;
+  }
+}
+
+// A SHOAL_TUNING file that cannot be used is an error when the group forms, naming the file.
+TEST(DirectReduceAgreement, AnUnusableTuningFileFailsTheGroupsCreation) {
+  RunConfig cfg = timed_config("shm", std::chrono::seconds(20), std::chrono::seconds(60));
+  cfg.env.push_back({"SHOAL_TUNING", "/nonexistent/shoal-tuning.txt"});
+  const RunResult res = run_ranks_outcomes(2, cfg, [](Communicator&) {});
+  ASSERT_EQ(res.ranks.size(), 2u) << res.describe();
+  for (const auto& o : res.ranks) {
+    EXPECT_EQ(o.error_kind, "setup") << res.describe();
+    EXPECT_EQ(o.setup_kind, "InvalidArgument") << res.describe();
+    EXPECT_NE(o.message.find("SHOAL_TUNING='/nonexistent/shoal-tuning.txt'"), std::string::npos) << o.message;
+  }
+}
+
+// An alltoallv whose send and receive counts do not match pair by pair fails on every rank with
+// a mismatch error naming both ranks and both sizes, never a hang or a wrong result.
+TEST(DirectAlltoallv, CountsThatDoNotMatchPairByPairFail) {
+  RunConfig cfg = timed_config("shm", std::chrono::seconds(20), std::chrono::seconds(60));
+  const RunResult res = run_ranks_outcomes(3, cfg, [](Communicator& c) {
+    std::vector<size_t> sc(3, 5), rc(3, 5);
+    if (c.rank() == 1) sc[0] = 6;  // rank 0 expects 5 from rank 1
+    std::vector<float> in(16, 1.0f), out(16);
+    c.alltoallv(in.data(), sc, out.data(), rc, DType::f32, {Algo::direct})->wait();
+    SH_CHECK(false) << "the alltoallv completed with counts that do not match";
+  });
+  ASSERT_EQ(res.ranks.size(), 3u) << res.describe();
+  for (const auto& o : res.ranks) {
+    EXPECT_EQ(o.error_kind, "PeerError") << res.describe();
+    EXPECT_NE(o.message.find("rank 1 sends rank 0 24 bytes, and rank 0 expects 20"), std::string::npos) << o.message;
+  }
+}

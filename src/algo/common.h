@@ -175,5 +175,7 @@ void allgather_direct(Ctx& c, const void* in, void* out, size_t count);  // equa
 void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count);
 void barrier_direct(Ctx& c);
 void alltoall_direct(Ctx& c, const void* in, void* out, size_t count);  // equal blocks
+void alltoallv_direct(Ctx& c, const void* in, const std::vector<size_t>& send_counts, void* out,
+                      const std::vector<size_t>& recv_counts);
 
 }  // namespace shoal::algo

@@ -4,7 +4,8 @@
 // ≈ kWorkingSetBytes / 2p per rank): each rank copies (p-1)/p·n into its scratch, reduces n/p
 // reading p sources (n bytes read), and copies n out:
 //   (N + 2)·α + ~3·n·β + (p-1)/p·n·γ          (reduce: only the root copies out: ~2·n·β)
-// While p·n ≤ kReduceAllGroupBytes every rank (reduce: the root) reduces the whole vector itself:
+// One shot, where the costs measured on the machine say it is cheaper (cost.h): every rank
+// (reduce: the root) reduces the whole vector itself:
 //   α + (p + 1)·n·β + (p-1)·n·γ        (one barrier: see slot_of in direct_common.h)
 //
 // Why it is chosen whenever every rank shares this host: the p2p algorithms over shm rings copy
@@ -26,6 +27,7 @@
 // Slices are multiples of a cache line so no two ranks write one line.
 #include <vector>
 
+#include "algo/cost.h"
 #include "algo/direct_common.h"
 #include "reduce/copy.h"
 #include "reduce/reduce.h"
@@ -43,12 +45,16 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   Sig s(root < 0 ? OpKind::allreduce : OpKind::reduce, c);
   s.add(static_cast<uint64_t>(c.op)).add(count).add(static_cast<uint64_t>(root + 1));
   if (small_fits(count * c.esize)) return allreduce_small(c, in, out, count, root, s.value());
+  const size_t sb = slot_bytes(g);
+  // The ranks agree on the way by the same table (cost.h); if SHOAL_TUNING or SHOAL_DIRECT_REDUCE
+  // differ between them, the signature makes that a mismatch error rather than a wrong result.
+  const bool one_shot = n <= sb && direct_reduce_one_shot(root < 0 ? OpKind::allreduce : OpKind::reduce, n, p);
+  s.add(one_shot);
   begin(c, s.value());
   const bool writes_out = root < 0 || r == root;
   RankPtrs srcs(p);
-  const size_t sb = slot_bytes(g);
 
-  if (n * static_cast<size_t>(p) <= kReduceAllGroupBytes && n <= sb) {
+  if (one_shot) {
     copy_bytes(slot(g, r, slot_of(c, 0)), in, n);
     g.barrier();
     check(c);
@@ -70,6 +76,8 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
     unit = pz;
     ce = max_el / unit * unit;
   }
+  // A vector of one chunk is cut into p equal slices, so that every rank reduces its share.
+  ce = std::min(ce, (count + unit - 1) / unit * unit);
   const size_t se = ce / pz;
   const size_t nchunks = std::max<size_t>(1, (count + ce - 1) / ce);
   auto clen = [&](size_t m) { return std::min(ce, count - std::min(count, m * ce)); };

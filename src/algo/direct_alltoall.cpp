@@ -1,5 +1,5 @@
-// Direct shared-memory alltoall with equal blocks (single host; alltoallv keeps the pairwise
-// exchange: ranks with different counts could not agree on the small path without asking).
+// Direct shared-memory alltoall with equal blocks (single host; blocks of any size:
+// direct_alltoallv.cpp).
 //
 // Cost: (N + 1)·α + 2·n·β per rank (α = one barrier, n = bytes each rank sends, N = ⌈block /
 // piece⌉): each rank copies its whole send buffer into its scratch once, and copies its own block

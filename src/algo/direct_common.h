@@ -56,13 +56,6 @@ inline constexpr size_t kSmallArea = kSmallSlots * size_t(64) + kSmallDataSlots 
 inline constexpr size_t kWorkingSetBytes = size_t(16) << 20;
 inline constexpr size_t kMinChunkBytes = size_t(64) << 10;
 inline constexpr size_t kMaxChunkBytes = size_t(4) << 20;
-// allreduce/reduce: while p·n is at most this, every rank (or the root) reduces the whole vector
-// straight from the peers' scratch after one barrier; above, each rank reduces one slice (3
-// barriers for one chunk, then one more per chunk). Measured on 2 cores (4 KiB..1 MiB, 2/4/8
-// ranks, `shoal-bench allreduce --algo direct`): reading all p inputs beats the sliced pipeline
-// up to about 1 MiB read per rank, because each barrier costs tens of µs once ranks outnumber
-// cores.
-inline constexpr size_t kReduceAllGroupBytes = size_t(1) << 20;
 // Single copy from this many bytes (BENCHMARKS.md, "Single-copy transfers").
 inline constexpr size_t kSingleCopyBytes = size_t(2) << 20;
 

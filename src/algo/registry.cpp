@@ -61,7 +61,7 @@ constexpr Entry<RootedFn> kScatter[] = {
 };
 constexpr Entry<AlltoallvFn> kAlltoallv[] = {
     {Algo::ring, Needs::any, alltoallv_pairwise},
-    {Algo::direct, Needs::shm, alltoallv_pairwise},  // unequal blocks: the pairwise exchange over shared memory
+    {Algo::direct, Needs::shm, alltoallv_direct},
 };
 constexpr Entry<BarrierFn> kBarrier[] = {
     {Algo::rd, Needs::any, barrier_dissemination},

@@ -26,8 +26,7 @@ std::string algos_of(OpKind k);
 
 namespace algo {
 // The function of `a` for each op (null if the op lacks it). allgather and alltoall of equal
-// blocks have their own direct versions (dispatch.cpp); alltoallv runs the pairwise exchange for
-// both of its algorithms.
+// blocks have their own direct versions (dispatch.cpp).
 using AllreduceFn = void (*)(Ctx&, const void*, void*, size_t);
 using BroadcastFn = void (*)(Ctx&, void*, size_t, int);
 using RootedFn = void (*)(Ctx&, const void*, void*, size_t, int);  // reduce, gather, scatter

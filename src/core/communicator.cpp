@@ -16,8 +16,9 @@
 #include <thread>
 
 #include "algo/algorithms.h"
-#include "core/context.h"
+#include "algo/cost.h"
 #include "algo/registry.h"
+#include "core/context.h"
 #include "core/engine.h"
 #include "core/log.h"
 #include "core/params.h"
@@ -446,6 +447,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
   m.size = size;
   m.store = store;
   m.env_algo = env_algos();
+  algo::direct_reduce_points();  // a SHOAL_TUNING file that cannot be used fails here, not in an op
   // Each construction of a group with this name is a new instance with fresh keys.
   int64_t n = store->add("shoal/" + opts.group_name + "/instances", 1);
   auto prefixed = std::make_shared<PrefixStore>("shoal/" + opts.group_name + "/" + std::to_string((n - 1) / size), store);

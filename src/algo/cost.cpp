@@ -1,0 +1,165 @@
+// The measured cost curves of the direct allreduce/reduce (cost.h), and the choice between them.
+#include "algo/cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+
+#include "core/params.h"
+#include "shoal/error.h"
+
+namespace shoal::algo {
+namespace {
+
+// The output of `scripts/tune_algos.py --direct-reduce` on a 2-core AMD EPYC (the command is its
+// first line; BENCHMARKS.md, "One shot or two shot").
+const char* const kBuiltIn =
+#include "algo/cost_points.inc"
+    ;
+
+std::vector<DirectReducePoint> load(const std::optional<std::string>& path) {
+  if (!path) return parse_tuning(kBuiltIn, "the built-in tuning");
+  std::ifstream f(*path);
+  if (!f) throw InvalidArgument("SHOAL_TUNING='" + *path + "': cannot read the file");
+  std::stringstream s;
+  s << f.rdbuf();
+  return parse_tuning(s.str(), "SHOAL_TUNING='" + *path + "'");
+}
+
+// The value at n of the straight lines through (xs[i], ys[i]), xs ascending: below the first
+// point its value, above the last the last segment extended.
+double on_segments(const std::vector<size_t>& xs, const std::vector<double>& ys, size_t n) {
+  if (xs.size() == 1 || n <= xs[0]) return ys[0];
+  size_t i = 1;
+  while (i + 1 < xs.size() && xs[i] < n) ++i;
+  const double f = (static_cast<double>(n) - xs[i - 1]) / static_cast<double>(xs[i] - xs[i - 1]);
+  return ys[i - 1] + (ys[i] - ys[i - 1]) * f;
+}
+
+double at_ranks(const std::vector<DirectReducePoint>& points, OpKind op, int ranks, size_t n, bool one_shot) {
+  std::vector<const DirectReducePoint*> pts;
+  for (const auto& q : points)
+    if (q.op == op && q.ranks == ranks) pts.push_back(&q);
+  std::sort(pts.begin(), pts.end(), [](auto* a, auto* b) { return a->bytes < b->bytes; });
+  std::vector<size_t> xs;
+  std::vector<double> ys;
+  for (const auto* q : pts) xs.push_back(q->bytes), ys.push_back(one_shot ? q->one_shot_us : q->two_shot_us);
+  return on_segments(xs, ys, n);
+}
+
+// Both ways' costs for one op and group size at every measured message size, ascending: the
+// choice per op is then a short search, with no allocation.
+struct Curves {
+  int ranks = 0;  // 0: not computed
+  std::vector<size_t> bytes;
+  std::vector<double> one, two;
+
+  bool one_shot_cheaper(size_t n) const { return on_segments(bytes, one, n) <= on_segments(bytes, two, n); }
+};
+
+Curves curves_for(const std::vector<DirectReducePoint>& points, OpKind op, int p) {
+  Curves c;
+  c.ranks = p;
+  for (const auto& q : points)
+    if (q.op == op) c.bytes.push_back(q.bytes);
+  std::sort(c.bytes.begin(), c.bytes.end());
+  c.bytes.erase(std::unique(c.bytes.begin(), c.bytes.end()), c.bytes.end());
+  for (size_t n : c.bytes) {
+    c.one.push_back(direct_reduce_us(points, op, p, n, true));
+    c.two.push_back(direct_reduce_us(points, op, p, n, false));
+  }
+  return c;
+}
+
+}  // namespace
+
+std::shared_ptr<const std::vector<DirectReducePoint>> direct_reduce_points() {
+  // Read again only when SHOAL_TUNING names another file (tests set it per group).
+  static std::mutex mu;
+  static std::optional<std::string> loaded_path;
+  static std::shared_ptr<const std::vector<DirectReducePoint>> points;
+  const auto path = params::text("SHOAL_TUNING");
+  std::lock_guard<std::mutex> lock(mu);
+  if (!points || path != loaded_path) {
+    points = std::make_shared<const std::vector<DirectReducePoint>>(load(path));
+    loaded_path = path;
+  }
+  return points;
+}
+
+double direct_reduce_us(const std::vector<DirectReducePoint>& points, OpKind op, int p, size_t n, bool one_shot) {
+  int below = 0, above = 0;  // the nearest measured group sizes ≤ p and ≥ p
+  for (const auto& q : points) {
+    if (q.op != op) continue;
+    if (q.ranks <= p && q.ranks > below) below = q.ranks;
+    if (q.ranks >= p && (above == 0 || q.ranks < above)) above = q.ranks;
+  }
+  if (!below && !above) throw Error(std::string("no measured costs for the direct ") + op_kind_name(op));
+  if (below && above) {
+    const double lo = at_ranks(points, op, below, n, one_shot);
+    if (above == below) return lo;
+    const double hi = at_ranks(points, op, above, n, one_shot);
+    return lo + (hi - lo) * (p - below) / (above - below);
+  }
+  const int r = below ? below : above;
+  const double scale = one_shot ? (double(p) + 2) * p / ((double(r) + 2) * r) : double(p) / r;
+  return at_ranks(points, op, r, n, one_shot) * scale;
+}
+
+bool direct_reduce_one_shot(OpKind op, size_t n, int p) {
+  const auto forced = params::choice("SHOAL_DIRECT_REDUCE");
+  if (forced && *forced != "auto") return *forced == "one_shot";
+  // Per thread, the points last used and the curves of each op at the group size last asked for.
+  thread_local std::optional<std::string> path;
+  thread_local std::shared_ptr<const std::vector<DirectReducePoint>> points;
+  thread_local Curves curves[2];  // allreduce, reduce
+  const auto now = params::text("SHOAL_TUNING");
+  if (!points || now != path) {
+    points = direct_reduce_points();
+    path = now;
+    curves[0].ranks = curves[1].ranks = 0;
+  }
+  Curves& c = curves[op == OpKind::reduce ? 1 : 0];
+  if (c.ranks != p) c = curves_for(*points, op, p);
+  return c.one_shot_cheaper(n);
+}
+
+std::vector<DirectReducePoint> parse_tuning(const std::string& text, const std::string& where) {
+  std::vector<DirectReducePoint> out;
+  std::istringstream in(text);
+  std::string line;
+  for (int no = 1; std::getline(in, line); ++no) {
+    std::istringstream w(line.substr(0, line.find('#')));
+    std::string kind, op;
+    if (!(w >> kind)) continue;  // blank or comment
+    auto bad = [&](const std::string& why) {
+      throw InvalidArgument(where + ", line " + std::to_string(no) + " ('" + line + "'): " + why);
+    };
+    if (kind != "direct") bad("expected 'direct', the only kind of line a tuning file has");
+    DirectReducePoint q;
+    if (!(w >> op) || (op != "allreduce" && op != "reduce")) bad("expected the op 'allreduce' or 'reduce' after 'direct'");
+    q.op = op == "allreduce" ? OpKind::allreduce : OpKind::reduce;
+    if (!(w >> q.ranks >> q.bytes >> q.one_shot_us >> q.two_shot_us))
+      bad("expected: direct OP RANKS BYTES ONE_SHOT_US TWO_SHOT_US");
+    std::string extra;
+    if (w >> extra) bad("unexpected '" + extra + "' after the six fields");
+    if (q.ranks < 2) bad("ranks must be at least 2");
+    if (q.bytes == 0 || q.bytes > (size_t(1) << 40)) bad("bytes must be from 1 to 2^40");
+    if (!(q.one_shot_us >= 0 && q.two_shot_us >= 0) || std::isinf(q.one_shot_us) || std::isinf(q.two_shot_us))
+      bad("times must be numbers, not negative");
+    for (const auto& r : out)
+      if (r.op == q.op && r.ranks == q.ranks && r.bytes == q.bytes)
+        bad("a second line for " + op + " at " + std::to_string(q.ranks) + " ranks and " + std::to_string(q.bytes) + " bytes");
+    out.push_back(q);
+  }
+  for (OpKind op : {OpKind::allreduce, OpKind::reduce})
+    if (std::none_of(out.begin(), out.end(), [&](const DirectReducePoint& r) { return r.op == op; }))
+      throw InvalidArgument(where + ": no line for the direct " + op_kind_name(op));
+  return out;
+}
+
+}  // namespace shoal::algo

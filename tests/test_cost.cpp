@@ -1,0 +1,162 @@
+// The measured cost curves of the direct allreduce/reduce (src/algo/cost.cpp): the tuning file's
+// parser, the cost between and beyond the measured points, and the choice, in one process.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "algo/cost.h"
+#include "harness.h"
+#include "shoal/error.h"
+
+namespace {
+
+using namespace shoal;
+using namespace shoal::algo;
+using shoal_test::ScopedEnv;
+
+constexpr size_t K = 1024;
+
+const char* const kPoints =
+    "# measured\n"
+    "direct allreduce 2 16384 10 20   # one shot ahead\n"
+    "direct allreduce 2 65536 40 40\n"
+    "direct allreduce 8 16384 100 60\n"
+    "direct allreduce 8 65536 400 120\n"
+    "direct reduce 4 16384 5 9\n";
+
+TEST(CostCurves, ParsesEveryField) {
+  const auto t = parse_tuning(kPoints, "test");
+  ASSERT_EQ(t.size(), 5u);
+  EXPECT_EQ(t[3].op, OpKind::allreduce);
+  EXPECT_EQ(t[3].ranks, 8);
+  EXPECT_EQ(t[3].bytes, 64 * K);
+  EXPECT_DOUBLE_EQ(t[3].one_shot_us, 400);
+  EXPECT_DOUBLE_EQ(t[3].two_shot_us, 120);
+  EXPECT_EQ(t[4].op, OpKind::reduce);
+}
+
+TEST(CostCurves, RejectsWhatItCannotUseNamingTheLine) {
+  const std::string reduce_line = "direct reduce 2 4096 1 1\n";
+  struct Case {
+    std::string text, says;
+  };
+  const Case cases[] = {
+      {"directt allreduce 2 4096 1 1\n" + reduce_line, "line 1"},
+      {"direct broadcast 2 4096 1 1\n" + reduce_line, "'allreduce' or 'reduce'"},
+      {"direct allreduce 2 4096 1\n" + reduce_line, "expected: direct OP RANKS BYTES"},
+      {"direct allreduce 2 4096 1 1 9\n" + reduce_line, "unexpected '9'"},
+      {"direct allreduce 1 4096 1 1\n" + reduce_line, "at least 2"},
+      {"direct allreduce 2 0 1 1\n" + reduce_line, "bytes must be"},
+      {"direct allreduce 2 4096 -1 1\n" + reduce_line, "not negative"},
+      {"direct allreduce 2 4096 nan 1\n" + reduce_line, "expected: direct OP"},
+      {reduce_line + "direct allreduce 2 4096 1 1\ndirect allreduce 2 4096 2 2\n", "line 3"},
+      {reduce_line, "no line for the direct allreduce"},
+  };
+  for (const Case& c : cases) {
+    try {
+      parse_tuning(c.text, "the file");
+      ADD_FAILURE() << "accepted:\n" << c.text;
+    } catch (const InvalidArgument& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("the file"), std::string::npos) << m;
+      EXPECT_NE(m.find(c.says), std::string::npos) << "expected '" << c.says << "' in: " << m;
+    }
+  }
+}
+
+TEST(CostCurves, AlongTheSizeStraightLinesThroughThePoints) {
+  const auto t = parse_tuning(kPoints, "test");
+  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::allreduce, 2, 16 * K, true), 10);   // a point
+  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::allreduce, 2, 40 * K, true), 25);   // halfway
+  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::allreduce, 2, 40 * K, false), 30);
+  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::allreduce, 2, 4 * K, true), 10);    // below: the first
+  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::allreduce, 2, 112 * K, true), 70);  // above: extended
+}
+
+TEST(CostCurves, AlongTheRanksInterpolatedThenScaled) {
+  const auto t = parse_tuning(kPoints, "test");
+  // 5 ranks: halfway between 2 and 8.
+  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::allreduce, 5, 16 * K, true), 55);
+  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::allreduce, 5, 16 * K, false), 40);
+  // 16 ranks, twice the largest: one shot moves (p+2)·p bytes in all, two shot ∝ p.
+  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::allreduce, 16, 16 * K, true), 100.0 * (18 * 16) / (10 * 8));
+  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::allreduce, 16, 16 * K, false), 120);
+  // reduce has one measured group size: 2 ranks scale down from it.
+  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::reduce, 2, 16 * K, false), 4.5);
+  EXPECT_THROW(direct_reduce_us(t, OpKind::broadcast, 4, 16 * K, true), Error);
+}
+
+// The points in effect decide, unless SHOAL_DIRECT_REDUCE forces a way.
+TEST(CostCurves, TheChoiceIsTheCheaperCurve) {
+  ScopedEnv unset_forced("SHOAL_DIRECT_REDUCE", nullptr);
+  const auto held = direct_reduce_points();
+  const auto& points = *held;
+  int one = 0, two = 0;
+  for (OpKind op : {OpKind::allreduce, OpKind::reduce})
+    for (int p : {2, 3, 4, 6, 8, 12, 16, 64})
+      for (size_t n : {12 * K, 64 * K, 256 * K, 1024 * K, 8192 * K}) {
+        const bool want = direct_reduce_us(points, op, p, n, true) <= direct_reduce_us(points, op, p, n, false);
+        EXPECT_EQ(direct_reduce_one_shot(op, n, p), want) << op_kind_name(op) << " p " << p << " n " << n;
+        (want ? one : two)++;
+      }
+  EXPECT_GT(one, 0) << "the built-in points never choose one shot";
+  EXPECT_GT(two, 0) << "the built-in points never choose two shot";
+  {
+    ScopedEnv forced("SHOAL_DIRECT_REDUCE", "two_shot");
+    EXPECT_FALSE(direct_reduce_one_shot(OpKind::reduce, 16 * K, 2));
+  }
+  {
+    ScopedEnv forced("SHOAL_DIRECT_REDUCE", "one_shot");
+    EXPECT_TRUE(direct_reduce_one_shot(OpKind::allreduce, size_t(64) << 20, 64));
+  }
+}
+
+// The built-in points parse, and cover both ops at 2 ranks up to where ranks outnumber cores
+// several times over.
+TEST(CostCurves, BuiltInPointsCoverBothOps) {
+  ScopedEnv unset_file("SHOAL_TUNING", nullptr);
+  const auto held = direct_reduce_points();
+  const auto& points = *held;
+  for (OpKind op : {OpKind::allreduce, OpKind::reduce}) {
+    int lo = 1 << 30, hi = 0;
+    for (const auto& q : points)
+      if (q.op == op) lo = std::min(lo, q.ranks), hi = std::max(hi, q.ranks);
+    EXPECT_EQ(lo, 2) << op_kind_name(op);
+    EXPECT_GE(hi, 8) << op_kind_name(op);
+  }
+}
+
+// SHOAL_TUNING's file replaces the built-in points, and is read again when the variable changes.
+TEST(CostCurves, TheFileSHOAL_TUNINGNamesDecides) {
+  ScopedEnv unset_forced("SHOAL_DIRECT_REDUCE", nullptr);
+  const std::string path = ::testing::TempDir() + "shoal-tuning-test.txt";
+  {
+    std::ofstream f(path);
+    f << "direct allreduce 2 16384 50 5\ndirect reduce 2 16384 50 5\n";  // two shot always cheaper
+  }
+  ScopedEnv unset_file("SHOAL_TUNING", nullptr);
+  const bool built_in = direct_reduce_one_shot(OpKind::reduce, 16 * K, 2);
+  {
+    ScopedEnv file("SHOAL_TUNING", path.c_str());
+    EXPECT_EQ(direct_reduce_points()->size(), 2u);
+    EXPECT_FALSE(direct_reduce_one_shot(OpKind::reduce, 16 * K, 2));
+    EXPECT_FALSE(direct_reduce_one_shot(OpKind::allreduce, 16 * K, 2));
+  }
+  EXPECT_EQ(direct_reduce_one_shot(OpKind::reduce, 16 * K, 2), built_in);
+  {
+    ScopedEnv missing("SHOAL_TUNING", "/nonexistent/shoal-tuning.txt");
+    try {
+      direct_reduce_points();
+      ADD_FAILURE() << "a missing SHOAL_TUNING file was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("SHOAL_TUNING='/nonexistent/shoal-tuning.txt'"), std::string::npos) << e.what();
+    }
+  }
+  std::remove(path.c_str());
+}
+
+}  // namespace
