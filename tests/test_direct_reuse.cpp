@@ -117,7 +117,7 @@ TEST_P(DirectReuse, EveryOpWithOddAndEvenChunkCounts) {
         for (int r = 0; r < p; ++r)
           for (size_t i = 0; i < count; ++i)
             SH_CHECK(dst[r * count + i] == val(r, me * 7 + i)) << "alltoall iter " << iter << " block " << r << " i " << i;
-      } else if (kind == 6) {  // alltoallv: rank i sends rank j a block of ((i + 2j + iter) % 4) / 2 · count elements
+      } else if (kind == 6) {  // alltoallv: rank i sends rank j ((i + 2j + iter) % 4) · count / 2 elements
         auto len = [&](int from, int to) { return ((from + 2 * to + iter) % 4) * count / 2; };
         std::vector<size_t> sc(p), rc(p);
         size_t st = 0, rt = 0;
@@ -252,3 +252,38 @@ TEST(DirectAlltoallv, CountsThatDoNotMatchPairByPairFail) {
     EXPECT_NE(o.message.find("rank 1 sends rank 0 24 bytes, and rank 0 expects 20"), std::string::npos) << o.message;
   }
 }
+
+// The direct alltoallv with the default scratch, against blocks computed here: uneven blocks
+// (zero, one element, several phases' worth), so the number of phases is odd in some calls and
+// even in others, in place in every other call.
+class DirectAlltoallvSizes : public ::testing::TestWithParam<int> {};
+
+TEST_P(DirectAlltoallvSizes, UnevenBlocksInPlaceAndNot) {
+  run_ranks(GetParam(), transport_config("shm"), [](Communicator& c) {
+    const int p = c.size(), me = c.rank();
+    const size_t units[] = {1, 1000, 70001, 150001, 450001};
+    auto val = [](int from, int to, size_t i, int t) { return static_cast<float>((from * 31 + to * 7 + t) % 101 + static_cast<int>(i % 13)); };
+    std::vector<float> in, out;
+    for (int t = 0; t < 10; ++t) {
+      const size_t unit = units[t % 5];
+      auto len = [&](int from, int to) { return static_cast<size_t>((from * 3 + to * 5 + t) % 4) * unit / 2; };
+      std::vector<size_t> sc(p), rc(p);
+      size_t st = 0, rt = 0;
+      for (int j = 0; j < p; ++j) sc[j] = len(me, j), rc[j] = len(j, me), st += sc[j], rt += rc[j];
+      const bool inplace = t % 2 == 1;
+      in.assign(std::max(st, rt), -2);
+      for (int j = 0, o = 0; j < p; o += static_cast<int>(sc[j]), ++j)
+        for (size_t i = 0; i < sc[j]; ++i) in[o + i] = val(me, j, i, t);
+      out.assign(rt, -1);
+      float* dst = inplace ? in.data() : out.data();
+      c.alltoallv(in.data(), sc, dst, rc, DType::f32, {Algo::direct})->wait();
+      for (int j = 0, o = 0; j < p; o += static_cast<int>(rc[j]), ++j)
+        for (size_t i = 0; i < rc[j]; ++i)
+          SH_CHECK(dst[o + i] == val(j, me, i, t)) << "call " << t << (inplace ? " (in place)" : "") << ": block from "
+                                                  << j << ", element " << i << " of " << rc[j];
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(All, DirectAlltoallvSizes, ::testing::Values(2, 3, 5, 8),
+                         [](const auto& info) { return "n" + std::to_string(info.param); });

@@ -2,10 +2,10 @@
 // cost curve measured on the machine, and the choice is the cheaper curve at the op's size.
 //
 // The shared-memory allreduce and reduce above the small protocol (direct_allreduce.cpp) run in
-// one of two ways. One shot: every rank (reduce: the root) reads every peer's whole input after one
-// barrier, α + (p+2)·n bytes through memory per rank. Two shot: each rank reduces one slice, then
-// the slices are copied out, (N+2)·α + ~4·n bytes per rank (N chunks). One shot saves barriers and
-// two shot saves bytes; where they cross depends on what a barrier costs (tens of µs once ranks
+// one of two ways (their α-β-γ costs open direct_allreduce.cpp). One shot: every rank (reduce: the
+// root) reads every peer's whole input after one barrier. Two shot: each rank reduces one slice,
+// then the slices are copied out, with N+2 barriers for N chunks. One shot saves barriers and two
+// shot saves bytes; where they cross depends on what a barrier costs (tens of µs once ranks
 // outnumber cores), on how fast a core reads what another just wrote, and on where p·n leaves the
 // caches, so it is measured, not derived: `scripts/tune_algos.py --direct-reduce` times both ways
 // at several group sizes and message sizes and writes the medians to the file SHOAL_TUNING names.

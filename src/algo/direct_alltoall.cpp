@@ -31,7 +31,6 @@ namespace shoal::algo {
 using namespace direct;
 
 namespace {
-constexpr size_t kMinPieceBytes = size_t(16) << 10;  // 16 MiB scratch: up to 16 ranks
 constexpr size_t kSingleCopyMinBlock = size_t(64) << 10;
 constexpr size_t kSingleCopyMaxBlock = size_t(1) << 20;
 

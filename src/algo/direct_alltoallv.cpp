@@ -1,7 +1,7 @@
 // Direct shared-memory alltoallv: blocks of any size between each pair of ranks (single host).
 //
-// Cost: (N + 1)·α + 2·n·β per rank (α = one barrier, n = bytes the rank sends and receives, N =
-// ⌈largest block in the group / piece⌉, piece = a slot's share per peer): each rank copies its
+// Cost: N·α + 2·n·β per rank (α = one barrier, n = bytes the rank sends, N = ⌈largest block
+// between two ranks / piece⌉, piece = a slot's share per peer): each rank copies its
 // blocks into its scratch once, and its own block out of every peer's scratch. The pairwise
 // exchange over the shm rings also copies twice, but pays a frame, a doorbell and a flow-control
 // round trip per step and peer, and p-1 steps; here a phase costs one barrier for all peers.
@@ -27,10 +27,9 @@ namespace shoal::algo {
 using namespace direct;
 
 namespace {
-constexpr size_t kMinPieceBytes = size_t(16) << 10;  // below, the pairwise exchange (see alltoall_direct)
 
 // The table at the head of every phase's slot: words [0, p) the bytes sent to each rank, [p, 2p)
-// the bytes expected from each, then the largest block this rank sends; whole cache lines.
+// the bytes expected from each, then the largest block this rank sends a peer; whole cache lines.
 size_t table_bytes(int p) { return (static_cast<size_t>(2 * p + 1) * 8 + 63) / 64 * 64; }
 }  // namespace
 
@@ -65,7 +64,10 @@ void alltoallv_direct(Ctx& c, const void* in, const std::vector<size_t>& send_co
 
   uint64_t* table = reinterpret_cast<uint64_t*>(slot(g, r, slot_of(c, 0)));
   for (int j = 0; j < p; ++j) table[j] = sb.len[j], table[p + j] = rb.len[j];
-  table[2 * p] = sb.max_len();
+  size_t largest_sent = 0;  // the block to itself never goes through the slots
+  for (int j = 0; j < p; ++j)
+    if (j != r) largest_sent = std::max(largest_sent, sb.len[j]);
+  table[2 * p] = largest_sent;
   copy_in(0);
   copy_bytes(u8(out) + rb.off[r], src + sb.off[r], sb.len[r]);  // dispatch checked sb.len[r] == rb.len[r]
   g.barrier();

@@ -56,6 +56,10 @@ inline constexpr size_t kSmallArea = kSmallSlots * size_t(64) + kSmallDataSlots 
 inline constexpr size_t kWorkingSetBytes = size_t(16) << 20;
 inline constexpr size_t kMinChunkBytes = size_t(64) << 10;
 inline constexpr size_t kMaxChunkBytes = size_t(4) << 20;
+// alltoall(v): a phase's piece of each block is at least this, else the pairwise exchange runs
+// (each phase's barrier among many ranks would cost more than p-1 steps; with the default 16 MiB
+// scratch, from 23 ranks).
+inline constexpr size_t kMinPieceBytes = size_t(16) << 10;
 // Single copy from this many bytes (BENCHMARKS.md, "Single-copy transfers").
 inline constexpr size_t kSingleCopyBytes = size_t(2) << 20;
 
