@@ -1,4 +1,4 @@
-// The SHOAL_* settings (src/core/params.h): each reader takes what its variable may hold, turns
+// The SHOAL_* settings (src/base/params.h): each reader takes what its variable may hold, turns
 // anything else into an InvalidArgument that names the variable, the value and what it takes,
 // and reads unset and empty alike; README.md's table is the registry's; the library reads the
 // environment through the registry alone; a misspelt variable is told apart from shoal's own
@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "core/params.h"
+#include "base/params.h"
 #include "harness.h"
 
 using namespace shoal;

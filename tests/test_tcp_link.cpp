@@ -28,7 +28,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "harness.h"
 #include "shoal/error.h"
 #include "shoal/store.h"

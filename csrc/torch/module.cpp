@@ -7,7 +7,7 @@
 
 #include "backend.h"
 #include "core/doctor.h"
-#include "core/params.h"
+#include "base/params.h"
 
 namespace py = pybind11;
 using shoal_torch::BackendShoal;

@@ -1,4 +1,4 @@
-// Every algorithm shoal has, written over Ctx (src/core/context.h), and the automatic choice.
+// Every algorithm shoal has, written over Ctx (src/algo/context.h), and the automatic choice.
 // One file per algorithm family under src/algo/, each opening with its alpha-beta-gamma cost
 // (alpha = latency per message, beta = time per byte, gamma = reduction time per byte, p ranks,
 // n bytes). Counts are in elements of ctx.dt; buffers are raw. Every function supports in == out
@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "core/context.h"
+#include "algo/context.h"
 #include "shoal/communicator.h"
 
 namespace shoal {
@@ -39,7 +39,7 @@ struct OpDesc {
 // Runs `d` on `c` (whose op is d.op with avg as sum) to completion, avg's scaling included.
 void run_op(Ctx& c, const OpDesc& d);
 
-// Topo (where the ranks are) is in core/context.h.
+// Topo (where the ranks are) is in algo/context.h.
 
 // The algorithm that runs `kind` for a message of `bytes` (allgatherv: the total) among `size`
 // ranks. `requested` is the per-call choice (or SHOAL_ALGO, applied by the caller); automatic

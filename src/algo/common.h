@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "algo/algorithms.h"
-#include "core/context.h"
+#include "algo/context.h"
 
 namespace shoal::algo {
 

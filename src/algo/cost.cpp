@@ -9,7 +9,7 @@
 #include <optional>
 #include <sstream>
 
-#include "core/params.h"
+#include "base/params.h"
 #include "shoal/error.h"
 
 namespace shoal::algo {

@@ -19,7 +19,7 @@
 #include <string>
 
 #include "algo/direct_common.h"
-#include "core/engine.h"
+#include "engine/engine.h"
 #include "reduce/copy.h"
 
 namespace shoal::algo {

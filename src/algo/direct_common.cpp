@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "core/engine.h"
+#include "engine/engine.h"
 #include "shoal/error.h"
 
 namespace shoal::algo::direct {

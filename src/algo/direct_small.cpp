@@ -20,7 +20,7 @@
 #include "algo/direct_common.h"
 #include "reduce/copy.h"
 #include "reduce/reduce.h"
-#include "core/engine.h"
+#include "engine/engine.h"
 #include "shoal/error.h"
 #include "transport/futex.h"
 

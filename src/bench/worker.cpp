@@ -24,7 +24,7 @@
 #include <stdexcept>
 
 #include "bench/bench.h"
-#include "core/text.h"
+#include "base/text.h"
 #include "shoal/error.h"
 
 namespace shoal::bench {

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "core/params.h"
+#include "base/params.h"
 #include "shoal/communicator.h"
 #include "shoal/error.h"
 

@@ -18,13 +18,13 @@
 #include "algo/algorithms.h"
 #include "algo/cost.h"
 #include "algo/registry.h"
-#include "core/context.h"
-#include "core/engine.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "algo/context.h"
+#include "engine/engine.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "core/rendezvous.h"
 #include "core/ring.h"
-#include "core/scratch.h"
+#include "base/scratch.h"
 #include "shoal/error.h"
 #include "transport/shm_group_impl.h"
 
@@ -52,7 +52,7 @@ uint64_t mix(uint64_t h, uint64_t v) {
   return h ^ (h >> 33);
 }
 
-// A call in a CallRecord's words (core/call.h), and in words for errors and SHOAL_LOG=debug.
+// A call in a CallRecord's words (base/call.h), and in words for errors and SHOAL_LOG=debug.
 constexpr uint64_t kSendKind = 100, kRecvKind = 101;  // kinds past OpKind's: p2p
 uint64_t call_what(uint64_t kind, DType dt, ReduceOp op, Algo algo, int root_or_peer) {
   return kind | uint64_t(dt) << 8 | uint64_t(op) << 16 | uint64_t(algo) << 24 | uint64_t(uint32_t(root_or_peer)) << 32;

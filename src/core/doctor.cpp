@@ -18,9 +18,9 @@
 #include <memory>
 #include <thread>
 
-#include "core/params.h"
+#include "base/params.h"
 #include "core/rendezvous.h"
-#include "core/text.h"
+#include "base/text.h"
 #include "reduce/kernels.h"
 #include "shoal/communicator.h"
 #include "shoal/error.h"

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/params.h"
+#include "base/params.h"
 #include "shoal/communicator.h"
 #include "shoal/error.h"
 

@@ -11,8 +11,8 @@
 #include <fstream>
 #include <utility>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "shoal/error.h"
 #include "transport/cma.h"
 #include "transport/fd_limit.h"

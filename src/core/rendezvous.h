@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "algo/algorithms.h"
-#include "core/context.h"
-#include "core/engine.h"
+#include "algo/context.h"
+#include "engine/engine.h"
 #include "shoal/communicator.h"
 #include "transport/shm_segment.h"
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "transport/futex.h"
 
 namespace shoal {

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <string>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "reduce/kernels.h"
 #include "shoal/error.h"
 

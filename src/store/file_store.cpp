@@ -16,8 +16,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "core/log.h"
-#include "core/le32.h"
+#include "base/log.h"
+#include "base/le32.h"
 #include "store/quote_keys.h"
 #include "shoal/error.h"
 #include "shoal/store.h"

@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "shoal/error.h"
 #include "shoal/store.h"
 

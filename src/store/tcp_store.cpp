@@ -43,9 +43,9 @@
 #include <thread>
 #include <unordered_map>
 
-#include "core/log.h"
-#include "core/le32.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/le32.h"
+#include "base/params.h"
 #include "store/quote_keys.h"
 #include "store/store_request.h"
 #include "shoal/error.h"

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "core/doctor.h"
-#include "core/params.h"
+#include "base/params.h"
 
 namespace {
 const char kUsage[] =

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "core/params.h"
+#include "base/params.h"
 #include "shoal/error.h"
 
 extern char** environ;

@@ -1,5 +1,5 @@
 // A Link moves framed messages to and from one peer. Algorithms never see a Link: they post
-// Requests through the Engine (src/core/engine.h), which progresses every link of the group.
+// Requests through the Engine (src/engine/engine.h), which progresses every link of the group.
 //
 // Framing, the same on every transport: each message (or each part of one, see tcp_link) is a
 // FrameHeader followed by `bytes` of payload. The receiver posts what it expects (bytes and an op

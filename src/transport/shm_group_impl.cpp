@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "shoal/error.h"
 #include "transport/cma.h"
 #include "transport/futex.h"

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <vector>
 
-#include "core/engine.h"
+#include "engine/engine.h"
 #include "transport/shm_group.h"
 #include "transport/shm_segment.h"
 

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/engine.h"
+#include "engine/engine.h"
 #include "shoal/error.h"
 
 namespace shoal {

@@ -15,7 +15,7 @@
 #include <cstring>
 #include <new>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "shoal/error.h"
 
 namespace shoal {

@@ -41,7 +41,7 @@ struct alignas(64) ShmControl {
   alignas(64) std::atomic<uint32_t> writing_to;
   char reason[256];
   alignas(64) std::atomic<uint64_t> barrier_seq;  // ShmGroup barrier arrivals of the owner
-  // The owner's current call (a CallRecord, core/call.h), read by a peer only to describe it in
+  // The owner's current call (a CallRecord, base/call.h), read by a peer only to describe it in
   // the error of a mismatch: on a line of its own, which the owner's stores keep in its cache.
   alignas(64) std::atomic<uint64_t> call[4];
 

@@ -1,7 +1,7 @@
 // TCP transport set-up: listen, connect a pair when it first talks, check each connection's hello
 // (TcpConnector; tcp_link.h). The links over the connections are tcp_link.cpp's.
 #include "transport/tcp_link.h"
-#include "core/le32.h"
+#include "base/le32.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "shoal/error.h"
 #include "transport/net_address.h"
 #include "transport/tcp_util.h"

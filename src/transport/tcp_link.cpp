@@ -1,7 +1,7 @@
 // The TCP Link: framing, striping over streams, flow control. Set-up is in tcp_connect.cpp; see
 // tcp_link.h and link.h.
 #include "transport/tcp_link.h"
-#include "core/le32.h"
+#include "base/le32.h"
 
 #include <errno.h>
 #include <sys/socket.h>
@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/call.h"
-#include "core/log.h"
+#include "base/call.h"
+#include "base/log.h"
 #include "shoal/error.h"
 #include "transport/tcp_util.h"
 

@@ -1,9 +1,9 @@
-#include "core/context.h"
+#include "algo/context.h"
 
 #include <vector>
 
-#include "core/engine.h"
-#include "core/scratch.h"
+#include "engine/engine.h"
+#include "base/scratch.h"
 #include "shoal/error.h"
 
 namespace shoal {

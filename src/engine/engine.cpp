@@ -1,4 +1,4 @@
-#include "core/engine.h"
+#include "engine/engine.h"
 
 #include <poll.h>
 #include <sched.h>
@@ -11,8 +11,8 @@
 #include <cstring>
 #include <thread>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "shoal/error.h"
 #include "transport/futex.h"
 #include "transport/shm_segment.h"

@@ -1,4 +1,4 @@
-#include "core/params.h"
+#include "base/params.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -113,7 +113,7 @@ const std::vector<Param> kParams = {
 const Param& find(const char* name) {
   for (const Param& p : kParams)
     if (!std::strcmp(p.name, name)) return p;
-  throw Error(std::string("internal error: ") + name + " is not a registered setting (src/core/params.cpp)");
+  throw Error(std::string("internal error: ") + name + " is not a registered setting (src/base/params.cpp)");
 }
 
 [[noreturn]] void bad(const char* name, const std::string& value, const std::string& expected) {

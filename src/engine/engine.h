@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/call.h"
+#include "base/call.h"
 #include "transport/link.h"
 
 namespace shoal {

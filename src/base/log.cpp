@@ -1,4 +1,4 @@
-#include "core/log.h"
+#include "base/log.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "core/params.h"
+#include "base/params.h"
 
 namespace shoal {
 namespace {
