@@ -7,11 +7,9 @@
 // exactly one inbound and one outbound message: no rank is flooded by p-1 senders at once (a
 // naive all-at-once exchange makes every receiver's link the bottleneck and its buffers balloon).
 // A few steps overlap (each to a different peer) to hide latency, but a step with a block of at
-// least kAlltoallBulkBlock waits for the steps before it and runs alone: 4 ranks on 2 cores over
-// TCP, window 1 against 4 for every step (scripts/bench_ab.sh, 2 rounds, gloo/shoal): 4 MiB
-// 1.36-1.42 -> 1.49-1.52, 16 MiB 0.92-1.10 -> 1.19-1.22, 64 MiB 0.83-0.96 -> 0.99-1.05; below
-// 1 MiB blocks the window won (4 KiB over shm: 55 against 69-72 µs). The block to self is copied
-// locally. in == out (same sizes) works: the input is staged in scratch first.
+// least kAlltoallBulkBlock waits for the steps before it and runs alone, which measured faster
+// with ranks sharing cores, while below it the window won (BENCHMARKS.md, "The pairwise
+// exchange's window"). The block to self is copied locally. in == out (same sizes) works: the input is staged in scratch first.
 #include "algo/common.h"
 
 namespace shoal::algo {

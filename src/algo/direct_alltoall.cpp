@@ -16,8 +16,8 @@
 // and blocks are from kSingleCopyMinBlock to kSingleCopyMaxBlock: 2·α + (p-1)·b·β' per rank (b =
 // block bytes, β' = a process_vm_writev per byte). Each rank writes its block for j straight into
 // j's output, all p-1 writes of all ranks at once, with two barriers in all. A kernel copy costs
-// more CPU per byte than a copy in user space (about 12 GB/s against 50 from the caches here), so
-// it pays only where the copies run in parallel on cores of their own and where the pipeline's
+// more CPU per byte than a copy in user space (BENCHMARKS.md, "alltoall by single copy"), so it
+// pays only where the copies run in parallel on cores of their own and where the pipeline's
 // barriers weigh; with ranks sharing cores, or from 2 MiB blocks, the pipeline was as fast or
 // faster (BENCHMARKS.md, "alltoall by single copy"). Writing beats reading: the writer's block is
 // in its own cache (a producer just wrote it); a reader would fetch it from the writer's.

@@ -19,11 +19,9 @@ constexpr size_t kAllreduceBdeUpTo = size_t(8) << 20;           //   bde up to t
 constexpr size_t kAllreduceBdeUpToOddP = size_t(256) << 10;     //   bde up to this otherwise
 // The rest, measured the same way (4 ranks over TCP; docs/algorithms.md has the tables).
 constexpr size_t kBroadcastBinomialBelow = size_t(2) << 20;     // broadcast: mst below; above scatter_allgather
-                                                                //   (one host over TCP: linear, fewest bytes,
-constexpr size_t kBroadcastChainFrom = size_t(32) << 20;        //   and the chain from here: it moves as few
-                                                                //   bytes and spreads the copies over the ranks;
-                                                                //   64 MiB, 4 ranks on 2 cores: 34-37 ms, linear
-                                                                //   39-48 ms; even at 8-16 MiB, linear ahead below)
+constexpr size_t kBroadcastChainFrom = size_t(32) << 20;        //   (one host over TCP: linear, fewest bytes, and
+                                                                //   the chain from here: as few bytes, the copies
+                                                                //   spread over the ranks; docs/algorithms.md)
 constexpr size_t kReduceBinomialBelow = SIZE_MAX;               // reduce: mst everywhere (ring never won clearly)
 constexpr size_t kAllgatherRdBelow = size_t(8) << 20;           // allgather: rd below, ring above
 constexpr size_t kReduceScatterHalvingBelow = 0;                // reduce_scatter: ring everywhere (halving never won)

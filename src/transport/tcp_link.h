@@ -56,14 +56,13 @@ struct TcpConfig {
   // TCP_NOTSENT_LOWAT in bytes for peers on another host (0: the kernel's default, no limit): how
   // much not-yet-sent data the kernel may queue per socket. Autotuning otherwise queues megabytes
   // per socket, and copying the caller's buffer into kernel memory that large runs out of cache:
-  // across two hosts on veth links, 16 KiB doubled large sendrecv (1.9 -> 3.8 GB/s at 256 MiB,
-  // docs/multihost.md). The window, and so throughput on long links, is not limited by it.
+  // across two hosts on veth links, 16 KiB doubled large sendrecv (docs/multihost.md). The
+  // window, and so throughput on long links, is not limited by it.
   int notsent_lowat = 16384;
   // The same two for a peer on this host. Loopback TCP has no link to fill, only CPU: striping
   // adds sockets and system calls, and a small unsent watermark ties a sender to its receiver
-  // being on a core, which with ranks outnumbering cores stalls both (4 ranks on 2 cores, 16-64 MiB
-  // all-to-all: 0.4-0.7x Gloo with 4 streams and 16 KiB, 1.0-1.2x with 1 stream and no limit;
-  // BENCHMARKS.md, "TCP between ranks of one host").
+  // being on a core, which with ranks outnumbering cores stalls both (BENCHMARKS.md, "TCP between
+  // ranks of one host").
   int local_streams = 1;
   int local_notsent_lowat = 0;
   std::array<uint8_t, 32> secret{};      // the group's secret
