@@ -26,35 +26,40 @@ const char* const kPoints =
     "direct allreduce 2 65536 40 40\n"
     "direct allreduce 8 16384 100 60\n"
     "direct allreduce 8 65536 400 120\n"
-    "direct reduce 4 16384 5 9\n";
+    "direct reduce 4 16384 5 9\n"
+    "direct alltoall 4 65536 30 50\n"
+    "direct alltoall 4 1048576 900 700\n";
 
 TEST(CostCurves, ParsesEveryField) {
   const auto t = parse_tuning(kPoints, "test");
-  ASSERT_EQ(t.size(), 5u);
+  ASSERT_EQ(t.size(), 7u);
   EXPECT_EQ(t[3].op, OpKind::allreduce);
   EXPECT_EQ(t[3].ranks, 8);
   EXPECT_EQ(t[3].bytes, 64 * K);
-  EXPECT_DOUBLE_EQ(t[3].one_shot_us, 400);
-  EXPECT_DOUBLE_EQ(t[3].two_shot_us, 120);
+  EXPECT_DOUBLE_EQ(t[3].us[0], 400);
+  EXPECT_DOUBLE_EQ(t[3].us[1], 120);
   EXPECT_EQ(t[4].op, OpKind::reduce);
+  EXPECT_EQ(t[6].op, OpKind::alltoallv);
+  EXPECT_DOUBLE_EQ(t[6].us[1], 700);
 }
 
 TEST(CostCurves, RejectsWhatItCannotUseNamingTheLine) {
-  const std::string reduce_line = "direct reduce 2 4096 1 1\n";
+  const std::string reduce_line = "direct reduce 2 4096 1 1\ndirect alltoall 2 4096 1 1\n";
   struct Case {
     std::string text, says;
   };
   const Case cases[] = {
       {"directt allreduce 2 4096 1 1\n" + reduce_line, "line 1"},
-      {"direct broadcast 2 4096 1 1\n" + reduce_line, "'allreduce' or 'reduce'"},
-      {"direct allreduce 2 4096 1\n" + reduce_line, "expected: direct OP RANKS BYTES"},
+      {"direct broadcast 2 4096 1 1\n" + reduce_line, "'allreduce', 'reduce' or 'alltoall'"},
+      {"direct allreduce 2 4096 1\n" + reduce_line, "expected: direct OP RANKS BYTES WAY0_US WAY1_US"},
       {"direct allreduce 2 4096 1 1 9\n" + reduce_line, "unexpected '9'"},
       {"direct allreduce 1 4096 1 1\n" + reduce_line, "at least 2"},
       {"direct allreduce 2 0 1 1\n" + reduce_line, "bytes must be"},
       {"direct allreduce 2 4096 -1 1\n" + reduce_line, "not negative"},
       {"direct allreduce 2 4096 nan 1\n" + reduce_line, "expected: direct OP"},
-      {reduce_line + "direct allreduce 2 4096 1 1\ndirect allreduce 2 4096 2 2\n", "line 3"},
+      {reduce_line + "direct allreduce 2 4096 1 1\ndirect allreduce 2 4096 2 2\n", "line 4"},
       {reduce_line, "no line for the direct allreduce"},
+      {"direct allreduce 2 4096 1 1\ndirect reduce 2 4096 1 1\n", "no line for the direct alltoall"},
   };
   for (const Case& c : cases) {
     try {
@@ -70,41 +75,53 @@ TEST(CostCurves, RejectsWhatItCannotUseNamingTheLine) {
 
 TEST(CostCurves, AlongTheSizeStraightLinesThroughThePoints) {
   const auto t = parse_tuning(kPoints, "test");
-  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::allreduce, 2, 16 * K, true), 10);   // a point
-  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::allreduce, 2, 40 * K, true), 25);   // halfway
-  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::allreduce, 2, 40 * K, false), 30);
-  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::allreduce, 2, 4 * K, true), 10);    // below: the first
-  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::allreduce, 2, 112 * K, true), 70);  // above: extended
+  EXPECT_DOUBLE_EQ(way_us(t, OpKind::allreduce, 2, 16 * K, 0), 10);   // a point
+  EXPECT_DOUBLE_EQ(way_us(t, OpKind::allreduce, 2, 40 * K, 0), 25);   // halfway
+  EXPECT_DOUBLE_EQ(way_us(t, OpKind::allreduce, 2, 40 * K, 1), 30);
+  EXPECT_DOUBLE_EQ(way_us(t, OpKind::allreduce, 2, 4 * K, 0), 10);    // below: the first
+  EXPECT_DOUBLE_EQ(way_us(t, OpKind::allreduce, 2, 112 * K, 0), 70);  // above: extended
 }
 
 TEST(CostCurves, AlongTheRanksInterpolatedThenScaled) {
   const auto t = parse_tuning(kPoints, "test");
   // 5 ranks: halfway between 2 and 8.
-  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::allreduce, 5, 16 * K, true), 55);
-  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::allreduce, 5, 16 * K, false), 40);
+  EXPECT_DOUBLE_EQ(way_us(t, OpKind::allreduce, 5, 16 * K, 0), 55);
+  EXPECT_DOUBLE_EQ(way_us(t, OpKind::allreduce, 5, 16 * K, 1), 40);
   // 16 ranks, twice the largest: one shot moves (p+2)·p bytes in all, two shot ∝ p.
-  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::allreduce, 16, 16 * K, true), 100.0 * (18 * 16) / (10 * 8));
-  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::allreduce, 16, 16 * K, false), 120);
+  EXPECT_DOUBLE_EQ(way_us(t, OpKind::allreduce, 16, 16 * K, 0), 100.0 * (18 * 16) / (10 * 8));
+  EXPECT_DOUBLE_EQ(way_us(t, OpKind::allreduce, 16, 16 * K, 1), 120);
   // reduce has one measured group size: 2 ranks scale down from it.
-  EXPECT_DOUBLE_EQ(direct_reduce_us(t, OpKind::reduce, 2, 16 * K, false), 4.5);
-  EXPECT_THROW(direct_reduce_us(t, OpKind::broadcast, 4, 16 * K, true), Error);
+  EXPECT_DOUBLE_EQ(way_us(t, OpKind::reduce, 2, 16 * K, 1), 4.5);
+  // alltoall scales both ways ∝ p.
+  EXPECT_DOUBLE_EQ(way_us(t, OpKind::alltoallv, 8, 64 * K, 0), 60);
+  EXPECT_DOUBLE_EQ(way_us(t, OpKind::alltoallv, 8, 64 * K, 1), 100);
+  EXPECT_THROW(way_us(t, OpKind::broadcast, 4, 16 * K, 0), Error);
 }
 
-// The points in effect decide, unless SHOAL_DIRECT_REDUCE forces a way.
+// The points in effect decide, unless SHOAL_DIRECT_REDUCE or SHOAL_DIRECT_ALLTOALL forces a way.
 TEST(CostCurves, TheChoiceIsTheCheaperCurve) {
-  ScopedEnv unset_forced("SHOAL_DIRECT_REDUCE", nullptr);
-  const auto held = direct_reduce_points();
+  ScopedEnv unset_reduce("SHOAL_DIRECT_REDUCE", nullptr), unset_alltoall("SHOAL_DIRECT_ALLTOALL", nullptr);
+  const auto held = cost_points();
   const auto& points = *held;
-  int one = 0, two = 0;
-  for (OpKind op : {OpKind::allreduce, OpKind::reduce})
+  for (OpKind op : {OpKind::allreduce, OpKind::reduce, OpKind::alltoallv}) {
+    int ways[2] = {0, 0};
     for (int p : {2, 3, 4, 6, 8, 12, 16, 64})
-      for (size_t n : {12 * K, 64 * K, 256 * K, 1024 * K, 8192 * K}) {
-        const bool want = direct_reduce_us(points, op, p, n, true) <= direct_reduce_us(points, op, p, n, false);
-        EXPECT_EQ(direct_reduce_one_shot(op, n, p), want) << op_kind_name(op) << " p " << p << " n " << n;
-        (want ? one : two)++;
+      for (size_t n : {12 * K, 64 * K, 256 * K, 1024 * K, 8192 * K, 65536 * K}) {
+        const int want = way_us(points, op, p, n, 0) <= way_us(points, op, p, n, 1) ? 0 : 1;
+        EXPECT_EQ(cheaper_way(op, n, p), want) << op_kind_name(op) << " p " << p << " n " << n;
+        ways[want]++;
       }
-  EXPECT_GT(one, 0) << "the built-in points never choose one shot";
-  EXPECT_GT(two, 0) << "the built-in points never choose two shot";
+    EXPECT_GT(ways[0], 0) << "the built-in points never choose way 0 of " << op_kind_name(op);
+    EXPECT_GT(ways[1], 0) << "the built-in points never choose way 1 of " << op_kind_name(op);
+  }
+  {
+    ScopedEnv forced("SHOAL_DIRECT_ALLTOALL", "pairwise");
+    EXPECT_TRUE(direct_alltoall_pairwise(16 * K, 2));
+  }
+  {
+    ScopedEnv forced("SHOAL_DIRECT_ALLTOALL", "scratch");
+    EXPECT_FALSE(direct_alltoall_pairwise(size_t(64) << 20, 64));
+  }
   {
     ScopedEnv forced("SHOAL_DIRECT_REDUCE", "two_shot");
     EXPECT_FALSE(direct_reduce_one_shot(OpKind::reduce, 16 * K, 2));
@@ -115,13 +132,13 @@ TEST(CostCurves, TheChoiceIsTheCheaperCurve) {
   }
 }
 
-// The built-in points parse, and cover both ops at 2 ranks up to where ranks outnumber cores
+// The built-in points parse, and cover every op at 2 ranks up to where ranks outnumber cores
 // several times over.
-TEST(CostCurves, BuiltInPointsCoverBothOps) {
+TEST(CostCurves, BuiltInPointsCoverEveryOp) {
   ScopedEnv unset_file("SHOAL_TUNING", nullptr);
-  const auto held = direct_reduce_points();
+  const auto held = cost_points();
   const auto& points = *held;
-  for (OpKind op : {OpKind::allreduce, OpKind::reduce}) {
+  for (OpKind op : {OpKind::allreduce, OpKind::reduce, OpKind::alltoallv}) {
     int lo = 1 << 30, hi = 0;
     for (const auto& q : points)
       if (q.op == op) lo = std::min(lo, q.ranks), hi = std::max(hi, q.ranks);
@@ -132,17 +149,18 @@ TEST(CostCurves, BuiltInPointsCoverBothOps) {
 
 // SHOAL_TUNING's file replaces the built-in points, and is read again when the variable changes.
 TEST(CostCurves, TheFileSHOAL_TUNINGNamesDecides) {
-  ScopedEnv unset_forced("SHOAL_DIRECT_REDUCE", nullptr);
+  ScopedEnv unset_reduce("SHOAL_DIRECT_REDUCE", nullptr), unset_alltoall("SHOAL_DIRECT_ALLTOALL", nullptr);
   const std::string path = ::testing::TempDir() + "shoal-tuning-test.txt";
   {
     std::ofstream f(path);
-    f << "direct allreduce 2 16384 50 5\ndirect reduce 2 16384 50 5\n";  // two shot always cheaper
+    f << "direct allreduce 2 16384 50 5\ndirect reduce 2 16384 50 5\ndirect alltoall 2 16384 5 50\n";  // way 1, way 1, way 0
   }
   ScopedEnv unset_file("SHOAL_TUNING", nullptr);
   const bool built_in = direct_reduce_one_shot(OpKind::reduce, 16 * K, 2);
   {
     ScopedEnv file("SHOAL_TUNING", path.c_str());
-    EXPECT_EQ(direct_reduce_points()->size(), 2u);
+    EXPECT_EQ(cost_points()->size(), 3u);
+    EXPECT_FALSE(direct_alltoall_pairwise(size_t(64) << 20, 16));
     EXPECT_FALSE(direct_reduce_one_shot(OpKind::reduce, 16 * K, 2));
     EXPECT_FALSE(direct_reduce_one_shot(OpKind::allreduce, 16 * K, 2));
   }
@@ -150,7 +168,7 @@ TEST(CostCurves, TheFileSHOAL_TUNINGNamesDecides) {
   {
     ScopedEnv missing("SHOAL_TUNING", "/nonexistent/shoal-tuning.txt");
     try {
-      direct_reduce_points();
+      cost_points();
       ADD_FAILURE() << "a missing SHOAL_TUNING file was accepted";
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("SHOAL_TUNING='/nonexistent/shoal-tuning.txt'"), std::string::npos) << e.what();

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <cstdint>
 #include <iterator>
 #include <random>
@@ -205,22 +207,39 @@ INSTANTIATE_TEST_SUITE_P(All, DirectReduceWays,
                          ::testing::Combine(::testing::Values(2, 3, 5, 8), ::testing::Values("one_shot", "two_shot")),
                          [](const auto& info) { return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param); });
 
-// Ranks that disagree on the way (a different SHOAL_DIRECT_REDUCE or SHOAL_TUNING) fail the op
-// with a mismatch error on every rank, never a hang or a wrong result.
-TEST(DirectReduceAgreement, RanksThatDisagreeFailWithAMismatch) {
+// Ranks that would choose ways differently (a different SHOAL_DIRECT_REDUCE, SHOAL_DIRECT_ALLTOALL
+// or SHOAL_TUNING) fail the group's creation on every rank, naming the first that differs from
+// rank 0, never a hang or a wrong result in an op.
+class DirectWaysAgreement : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DirectWaysAgreement, RanksThatWouldChooseDifferentlyFailTheGroupsCreation) {
+  const std::string setting = GetParam();
+  const std::string path = ::testing::TempDir() + "shoal-tuning-agreement.txt";
+  {
+    std::ofstream f(path);
+    f << "direct allreduce 2 16384 1 2\ndirect reduce 2 16384 1 2\ndirect alltoall 2 16384 1 2\n";
+  }
   RunConfig cfg = timed_config("shm", std::chrono::seconds(20), std::chrono::seconds(60));
-  cfg.before_construct = [](int rank) { setenv("SHOAL_DIRECT_REDUCE", rank == 1 ? "two_shot" : "one_shot", 1); };
-  const RunResult res = run_ranks_outcomes(3, cfg, [](Communicator& c) {
-    std::vector<float> in(100000, 1.0f), out(100000);
-    c.allreduce(in.data(), out.data(), in.size(), DType::f32, ReduceOp::sum, {Algo::direct})->wait();
-    SH_CHECK(false) << "the allreduce completed although the ranks ran it different ways";
-  });
+  cfg.before_construct = [setting, path](int rank) {
+    if (rank != 2) return;
+    if (setting == "SHOAL_TUNING") setenv("SHOAL_TUNING", path.c_str(), 1);
+    else setenv(setting.c_str(), setting == "SHOAL_DIRECT_REDUCE" ? "two_shot" : "pairwise", 1);
+  };
+  const RunResult res = run_ranks_outcomes(3, cfg, [](Communicator&) { SH_CHECK(false) << "the group formed"; });
   ASSERT_EQ(res.ranks.size(), 3u) << res.describe();
   for (const auto& o : res.ranks) {
-    EXPECT_EQ(o.error_kind, "PeerError") << "rank " << o.rank << ": " << o.message;
-    EXPECT_NE(o.message.find("different call"), std::string::npos) << "rank " << o.rank << ": " << o.message;
+    EXPECT_EQ(o.setup_kind, "InvalidArgument") << res.describe();
+    EXPECT_NE(o.message.find("rank 2 reads other measured costs or settings than rank 0"), std::string::npos) << o.message;
   }
+  std::remove(path.c_str());
 }
+
+INSTANTIATE_TEST_SUITE_P(All, DirectWaysAgreement,
+                         ::testing::Values("SHOAL_DIRECT_REDUCE", "SHOAL_DIRECT_ALLTOALL", "SHOAL_TUNING"),
+                         [](const auto& info) { return info.param; });
+
+// Behind that check, the way is in the direct allreduce's token: ranks that ran it different ways
+// would fail it with a mismatch (the group's creation catches every case that reaches here).
 
 // A SHOAL_TUNING file that cannot be used is an error when the group forms, naming the file.
 TEST(DirectReduceAgreement, AnUnusableTuningFileFailsTheGroupsCreation) {
@@ -253,13 +272,17 @@ TEST(DirectAlltoallv, CountsThatDoNotMatchPairByPairFail) {
   }
 }
 
-// The direct alltoallv with the default scratch, against blocks computed here: uneven blocks
-// (zero, one element, several phases' worth), so the number of phases is odd in some calls and
-// even in others, in place in every other call.
-class DirectAlltoallvSizes : public ::testing::TestWithParam<int> {};
+// The direct alltoallv with the default scratch, both ways above the small slots, against blocks
+// computed here: uneven blocks (zero, one element, several phases' worth), so the number of
+// phases is odd in some calls and even in others, in place in every other call.
+using AlltoallvParam = std::tuple<int, std::string>;  // world size, SHOAL_DIRECT_ALLTOALL
+class DirectAlltoallvSizes : public ::testing::TestWithParam<AlltoallvParam> {};
 
 TEST_P(DirectAlltoallvSizes, UnevenBlocksInPlaceAndNot) {
-  run_ranks(GetParam(), transport_config("shm"), [](Communicator& c) {
+  const auto& [n, way] = GetParam();
+  RunConfig cfg = transport_config("shm");
+  cfg.env.push_back({"SHOAL_DIRECT_ALLTOALL", way});
+  run_ranks(n, cfg, [](Communicator& c) {
     const int p = c.size(), me = c.rank();
     const size_t units[] = {1, 1000, 70001, 150001, 450001};
     auto val = [](int from, int to, size_t i, int t) { return static_cast<float>((from * 31 + to * 7 + t) % 101 + static_cast<int>(i % 13)); };
@@ -285,5 +308,6 @@ TEST_P(DirectAlltoallvSizes, UnevenBlocksInPlaceAndNot) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(All, DirectAlltoallvSizes, ::testing::Values(2, 3, 5, 8),
-                         [](const auto& info) { return "n" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(All, DirectAlltoallvSizes,
+                         ::testing::Combine(::testing::Values(2, 3, 5, 8), ::testing::Values("scratch", "pairwise")),
+                         [](const auto& info) { return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param); });

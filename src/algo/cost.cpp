@@ -1,7 +1,8 @@
-// The measured cost curves of the direct allreduce/reduce (cost.h), and the choice between them.
+// The measured cost curves of the ops with two ways on one host (cost.h), and the choice between them.
 #include "algo/cost.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -9,19 +10,20 @@
 #include <optional>
 #include <sstream>
 
+#include "algo/direct_common.h"
 #include "base/params.h"
 #include "shoal/error.h"
 
 namespace shoal::algo {
 namespace {
 
-// The output of `scripts/tune_algos.py --direct-reduce` on a 2-core AMD EPYC (the command is its
-// first line; BENCHMARKS.md, "One shot or two shot").
+// The output of `scripts/tune_algos.py --direct` on a 2-core AMD EPYC (the command is its first
+// line; BENCHMARKS.md, "One shot or two shot" and "alltoall: the scratch slots or the rings").
 const char* const kBuiltIn =
 #include "algo/cost_points.inc"
     ;
 
-std::vector<DirectReducePoint> load(const std::optional<std::string>& path) {
+std::vector<CostPoint> load(const std::optional<std::string>& path) {
   if (!path) return parse_tuning(kBuiltIn, "the built-in tuning");
   std::ifstream f(*path);
   if (!f) throw InvalidArgument("SHOAL_TUNING='" + *path + "': cannot read the file");
@@ -40,14 +42,14 @@ double on_segments(const std::vector<size_t>& xs, const std::vector<double>& ys,
   return ys[i - 1] + (ys[i] - ys[i - 1]) * f;
 }
 
-double at_ranks(const std::vector<DirectReducePoint>& points, OpKind op, int ranks, size_t n, bool one_shot) {
-  std::vector<const DirectReducePoint*> pts;
+double at_ranks(const std::vector<CostPoint>& points, OpKind op, int ranks, size_t n, int way) {
+  std::vector<const CostPoint*> pts;
   for (const auto& q : points)
     if (q.op == op && q.ranks == ranks) pts.push_back(&q);
   std::sort(pts.begin(), pts.end(), [](auto* a, auto* b) { return a->bytes < b->bytes; });
   std::vector<size_t> xs;
   std::vector<double> ys;
-  for (const auto* q : pts) xs.push_back(q->bytes), ys.push_back(one_shot ? q->one_shot_us : q->two_shot_us);
+  for (const auto* q : pts) xs.push_back(q->bytes), ys.push_back(q->us[way]);
   return on_segments(xs, ys, n);
 }
 
@@ -56,42 +58,48 @@ double at_ranks(const std::vector<DirectReducePoint>& points, OpKind op, int ran
 struct Curves {
   int ranks = 0;  // 0: not computed
   std::vector<size_t> bytes;
-  std::vector<double> one, two;
+  std::vector<double> us[2];
 
-  bool one_shot_cheaper(size_t n) const { return on_segments(bytes, one, n) <= on_segments(bytes, two, n); }
+  int cheaper(size_t n) const { return on_segments(bytes, us[0], n) <= on_segments(bytes, us[1], n) ? 0 : 1; }
 };
 
-Curves curves_for(const std::vector<DirectReducePoint>& points, OpKind op, int p) {
+Curves curves_for(const std::vector<CostPoint>& points, OpKind op, int p) {
   Curves c;
   c.ranks = p;
   for (const auto& q : points)
     if (q.op == op) c.bytes.push_back(q.bytes);
   std::sort(c.bytes.begin(), c.bytes.end());
   c.bytes.erase(std::unique(c.bytes.begin(), c.bytes.end()), c.bytes.end());
-  for (size_t n : c.bytes) {
-    c.one.push_back(direct_reduce_us(points, op, p, n, true));
-    c.two.push_back(direct_reduce_us(points, op, p, n, false));
-  }
+  for (size_t n : c.bytes)
+    for (int way : {0, 1}) c.us[way].push_back(way_us(points, op, p, n, way));
   return c;
+}
+
+// The ops with two ways, and the setting that forces one ("auto" or unset: the cheaper).
+constexpr OpKind kOps[] = {OpKind::allreduce, OpKind::reduce, OpKind::alltoallv};
+int op_index(OpKind op) {
+  for (int i = 0; i < 3; ++i)
+    if (kOps[i] == op) return i;
+  throw Error(std::string("no measured costs for the direct ") + op_kind_name(op));
 }
 
 }  // namespace
 
-std::shared_ptr<const std::vector<DirectReducePoint>> direct_reduce_points() {
+std::shared_ptr<const std::vector<CostPoint>> cost_points() {
   // Read again only when SHOAL_TUNING names another file (tests set it per group).
   static std::mutex mu;
   static std::optional<std::string> loaded_path;
-  static std::shared_ptr<const std::vector<DirectReducePoint>> points;
+  static std::shared_ptr<const std::vector<CostPoint>> points;
   const auto path = params::text("SHOAL_TUNING");
   std::lock_guard<std::mutex> lock(mu);
   if (!points || path != loaded_path) {
-    points = std::make_shared<const std::vector<DirectReducePoint>>(load(path));
+    points = std::make_shared<const std::vector<CostPoint>>(load(path));
     loaded_path = path;
   }
   return points;
 }
 
-double direct_reduce_us(const std::vector<DirectReducePoint>& points, OpKind op, int p, size_t n, bool one_shot) {
+double way_us(const std::vector<CostPoint>& points, OpKind op, int p, size_t n, int way) {
   int below = 0, above = 0;  // the nearest measured group sizes ≤ p and ≥ p
   for (const auto& q : points) {
     if (q.op != op) continue;
@@ -100,36 +108,50 @@ double direct_reduce_us(const std::vector<DirectReducePoint>& points, OpKind op,
   }
   if (!below && !above) throw Error(std::string("no measured costs for the direct ") + op_kind_name(op));
   if (below && above) {
-    const double lo = at_ranks(points, op, below, n, one_shot);
+    const double lo = at_ranks(points, op, below, n, way);
     if (above == below) return lo;
-    const double hi = at_ranks(points, op, above, n, one_shot);
+    const double hi = at_ranks(points, op, above, n, way);
     return lo + (hi - lo) * (p - below) / (above - below);
   }
   const int r = below ? below : above;
+  const bool one_shot = op != OpKind::alltoallv && way == 0;
   const double scale = one_shot ? (double(p) + 2) * p / ((double(r) + 2) * r) : double(p) / r;
-  return at_ranks(points, op, r, n, one_shot) * scale;
+  return at_ranks(points, op, r, n, way) * scale;
 }
 
-bool direct_reduce_one_shot(OpKind op, size_t n, int p) {
-  const auto forced = params::choice("SHOAL_DIRECT_REDUCE");
-  if (forced && *forced != "auto") return *forced == "one_shot";
+int cheaper_way(OpKind op, size_t n, int p) {
+  const int i = op_index(op);
+  const auto forced = params::choice(i < 2 ? "SHOAL_DIRECT_REDUCE" : "SHOAL_DIRECT_ALLTOALL");
+  if (forced && *forced != "auto") return *forced == "one_shot" || *forced == "scratch" ? 0 : 1;
   // Per thread, the points last used and the curves of each op at the group size last asked for.
   thread_local std::optional<std::string> path;
-  thread_local std::shared_ptr<const std::vector<DirectReducePoint>> points;
-  thread_local Curves curves[2];  // allreduce, reduce
+  thread_local std::shared_ptr<const std::vector<CostPoint>> points;
+  thread_local Curves curves[3];  // by op_index
   const auto now = params::text("SHOAL_TUNING");
   if (!points || now != path) {
-    points = direct_reduce_points();
+    points = cost_points();
     path = now;
-    curves[0].ranks = curves[1].ranks = 0;
+    for (Curves& c : curves) c.ranks = 0;
   }
-  Curves& c = curves[op == OpKind::reduce ? 1 : 0];
+  Curves& c = curves[i];
   if (c.ranks != p) c = curves_for(*points, op, p);
-  return c.one_shot_cheaper(n);
+  return c.cheaper(n);
 }
 
-std::vector<DirectReducePoint> parse_tuning(const std::string& text, const std::string& where) {
-  std::vector<DirectReducePoint> out;
+uint64_t tuning_digest() {
+  const auto points = cost_points();
+  direct::Sig d;
+  d.add(points->size());
+  for (const auto& q : *points)
+    d.add(static_cast<uint64_t>(q.op)).add(static_cast<uint64_t>(q.ranks)).add(q.bytes)
+        .add(std::bit_cast<uint64_t>(q.us[0])).add(std::bit_cast<uint64_t>(q.us[1]));
+  for (const char* name : {"SHOAL_DIRECT_REDUCE", "SHOAL_DIRECT_ALLTOALL"})
+    for (char ch : params::choice(name).value_or("auto")) d.add(static_cast<uint8_t>(ch));
+  return d.value();
+}
+
+std::vector<CostPoint> parse_tuning(const std::string& text, const std::string& where) {
+  std::vector<CostPoint> out;
   std::istringstream in(text);
   std::string line;
   for (int no = 1; std::getline(in, line); ++no) {
@@ -140,24 +162,23 @@ std::vector<DirectReducePoint> parse_tuning(const std::string& text, const std::
       throw InvalidArgument(where + ", line " + std::to_string(no) + " ('" + line + "'): " + why);
     };
     if (kind != "direct") bad("expected 'direct', the only kind of line a tuning file has");
-    DirectReducePoint q;
-    if (!(w >> op) || (op != "allreduce" && op != "reduce")) bad("expected the op 'allreduce' or 'reduce' after 'direct'");
-    q.op = op == "allreduce" ? OpKind::allreduce : OpKind::reduce;
-    if (!(w >> q.ranks >> q.bytes >> q.one_shot_us >> q.two_shot_us))
-      bad("expected: direct OP RANKS BYTES ONE_SHOT_US TWO_SHOT_US");
+    CostPoint q;
+    if (!(w >> op) || (op != "allreduce" && op != "reduce" && op != "alltoall"))
+      bad("expected the op 'allreduce', 'reduce' or 'alltoall' after 'direct'");
+    q.op = op == "allreduce" ? OpKind::allreduce : op == "reduce" ? OpKind::reduce : OpKind::alltoallv;
+    if (!(w >> q.ranks >> q.bytes >> q.us[0] >> q.us[1])) bad("expected: direct OP RANKS BYTES WAY0_US WAY1_US");
     std::string extra;
     if (w >> extra) bad("unexpected '" + extra + "' after the six fields");
     if (q.ranks < 2) bad("ranks must be at least 2");
     if (q.bytes == 0 || q.bytes > (size_t(1) << 40)) bad("bytes must be from 1 to 2^40");
-    if (!(q.one_shot_us >= 0 && q.two_shot_us >= 0) || std::isinf(q.one_shot_us) || std::isinf(q.two_shot_us))
-      bad("times must be numbers, not negative");
+    if (!(q.us[0] >= 0 && q.us[1] >= 0) || std::isinf(q.us[0]) || std::isinf(q.us[1])) bad("times must be numbers, not negative");
     for (const auto& r : out)
       if (r.op == q.op && r.ranks == q.ranks && r.bytes == q.bytes)
         bad("a second line for " + op + " at " + std::to_string(q.ranks) + " ranks and " + std::to_string(q.bytes) + " bytes");
     out.push_back(q);
   }
-  for (OpKind op : {OpKind::allreduce, OpKind::reduce})
-    if (std::none_of(out.begin(), out.end(), [&](const DirectReducePoint& r) { return r.op == op; }))
+  for (OpKind op : kOps)
+    if (std::none_of(out.begin(), out.end(), [&](const CostPoint& r) { return r.op == op; }))
       throw InvalidArgument(where + ": no line for the direct " + op_kind_name(op));
   return out;
 }

@@ -21,8 +21,10 @@
 // barriers weigh; with ranks sharing cores, or from 2 MiB blocks, the pipeline was as fast or
 // faster (BENCHMARKS.md, "alltoall by single copy"). Writing beats reading: the writer's block is
 // in its own cache (a producer just wrote it); a reader would fetch it from the writer's.
+#include <algorithm>
 #include <cstring>
 
+#include "algo/cost.h"
 #include "algo/direct_common.h"
 #include "reduce/copy.h"
 
@@ -50,7 +52,8 @@ void alltoall_direct(Ctx& c, const void* in, void* out, size_t count) {
   ShmGroup& g = *c.shm();
   // With many ranks a slot holds only small pieces of each block, and each phase costs a barrier
   // among them all: the pairwise exchange (p-1 steps, no barrier) is the better one there.
-  if (chunk_target(g, p) / static_cast<size_t>(p) < kMinPieceBytes) {
+  // So it is too where the measured costs say the rings beat the slots (cost.h).
+  if (chunk_target(g, p) / static_cast<size_t>(p) < kMinPieceBytes || direct_alltoall_pairwise(all, p)) {
     const std::vector<size_t> counts(p, count);
     return alltoallv_pairwise(c, in, counts, out, counts);
   }
@@ -72,23 +75,31 @@ void alltoall_direct(Ctx& c, const void* in, void* out, size_t count) {
     return end_single(c);
   }
   begin(c, sig.value());
-  // A piece per block and phase: the slot holds p of them.
-  size_t piece_bytes = pipelined(chunk_target(g, p) / static_cast<size_t>(p), bs);
-  piece_bytes = std::max(c.esize, piece_bytes / c.esize * c.esize);
-  const size_t nchunks = std::max<size_t>(1, (bs + piece_bytes - 1) / piece_bytes);
-  auto piece = [&](size_t m) { return std::min(piece_bytes, bs - std::min(bs, m * piece_bytes)); };
-  auto copy_out = all >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
-  copy_bytes(u8(out) + r * bs, src + r * bs, bs);
+  const Blocks b = uniform_blocks(count, p, c.esize);
+  alltoall_pipeline(c, src, b, out, b, bs);
+}
+
+void direct::alltoall_pipeline(Ctx& c, const uint8_t* src, const Blocks& sb, void* out, const Blocks& rb, size_t largest) {
+  ShmGroup& g = *c.shm();
+  const int p = c.size, r = c.rank;
+  // A piece of each block per phase (the slot holds p of them), at least 4 phases for large
+  // blocks so that the ranks' copies in and out overlap.
+  const size_t piece_bytes = std::max<size_t>(64, pipelined(chunk_target(g, p) / static_cast<size_t>(p), largest) / 64 * 64);
+  const size_t nchunks = std::max<size_t>(1, (largest + piece_bytes - 1) / piece_bytes);
+  auto piece = [&](size_t len, size_t m) { return std::min(piece_bytes, len - std::min(len, m * piece_bytes)); };
+  auto copy_out = std::max(sb.total(), rb.total()) >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
+  copy_bytes(u8(out) + rb.off[r], src + sb.off[r], sb.len[r]);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (ph < nchunks) {
       uint8_t* mine = slot(g, r, slot_of(c, ph));
       for (int j = 0; j < p; ++j)
-        if (j != r) copy_bytes(mine + j * piece_bytes, src + j * bs + ph * piece_bytes, piece(ph));
+        if (j != r) copy_bytes(mine + j * piece_bytes, src + sb.off[j] + ph * piece_bytes, piece(sb.len[j], ph));
     }
     if (ph >= 1) {
       const size_t m = ph - 1;
       for (int j = 0; j < p; ++j)
-        if (j != r) copy_out(u8(out) + j * bs + m * piece_bytes, slot(g, j, slot_of(c, m)) + r * piece_bytes, piece(m));
+        if (j != r)
+          copy_out(u8(out) + rb.off[j] + m * piece_bytes, slot(g, j, slot_of(c, m)) + r * piece_bytes, piece(rb.len[j], m));
     }
     if (ph == nchunks) break;
     g.barrier();

@@ -1,23 +1,25 @@
 // Direct shared-memory alltoallv: blocks of any size between each pair of ranks (single host).
 //
-// Cost: N·α + 2·n·β per rank (α = one barrier, n = bytes the rank sends, N = ⌈largest block
-// between two ranks / piece⌉, piece = a slot's share per peer): each rank copies its
-// blocks into its scratch once, and its own block out of every peer's scratch. The pairwise
-// exchange over the shm rings also copies twice, but pays a frame, a doorbell and a flow-control
-// round trip per step and peer, and p-1 steps; here a phase costs one barrier for all peers.
+// The ranks do not know each other's counts, so the op opens with a small round (direct_small.cpp,
+// no barrier): each rank publishes a table of the bytes it sends each peer and expects from each,
+// and, when they fit in its small slot with the table, the blocks themselves. Every rank reads
+// every table, so all of them learn the same things: whether every rank sends each peer what
+// that peer expects (a difference is a mismatch error on every rank, naming both ranks of the
+// pair, where the pairwise exchange's framing would have caught it), whether every rank's blocks
+// came with its table, and the largest block between two ranks.
 //
-// The ranks do not know each other's counts, so the first phase publishes them: rank r's slot of
-// phase 0 opens with a table of the bytes it sends each peer and the bytes it expects from each,
-// and after the first barrier every rank reads the table of every peer. A rank learns there how
-// many phases the group's largest block needs, and whether every rank sends each peer what that
-// peer expects (a difference is a mismatch error on every rank, naming both ranks of the pair,
-// where the pairwise exchange's framing would have caught it). Phase m then carries piece m of every block: the piece for peer j at
-// table + j·piece of the slot, as direct_alltoall.cpp lays out equal blocks. Slots alternate by
-// phase, with the other chunked direct ops' reuse rules (direct_common.h, slot_of and end).
+// Cost, when every rank's blocks fit in its small slot (kSmallBytes with the table): α' + 2·n·β
+// per rank (α' = one cache line from each peer, n = bytes the rank sends): each rank copies its
+// blocks into its slot and its own block out of every peer's. Otherwise α' + (N + 1)·α + 2·n·β
+// (α = one barrier): alltoall's pipeline (direct_alltoall.cpp), with N phases for the group's
+// largest block, or the pairwise exchange where the measured costs say the rings beat the slots
+// (cost.h; the size is what a rank sends at most, which every rank knows from the tables). The pairwise exchange over the shm rings also copies twice, but pays a frame, a
+// doorbell and a flow-control round trip per step and peer, and p-1 steps.
 #include <algorithm>
 #include <cstring>
 #include <string>
 
+#include "algo/cost.h"
 #include "algo/direct_common.h"
 #include "engine/engine.h"
 #include "reduce/copy.h"
@@ -27,23 +29,74 @@ namespace shoal::algo {
 using namespace direct;
 
 namespace {
-
-// The table at the head of every phase's slot: words [0, p) the bytes sent to each rank, [p, 2p)
-// the bytes expected from each, then the largest block this rank sends a peer; whole cache lines.
-size_t table_bytes(int p) { return (static_cast<size_t>(2 * p + 1) * 8 + 63) / 64 * 64; }
+// The table at the head of a rank's small data: words [0, p) the bytes it sends each rank, [p, 2p)
+// the bytes it expects from each, word 2p 1 if its blocks for the peers follow (in rank order).
+size_t table_bytes(int p) { return static_cast<size_t>(2 * p + 1) * 8; }
 }  // namespace
 
 void alltoallv_direct(Ctx& c, const void* in, const std::vector<size_t>& send_counts, void* out,
                       const std::vector<size_t>& recv_counts) {
   ShmGroup& g = *c.shm();
   const int p = c.size, r = c.rank;
-  const size_t es = c.esize, tb = table_bytes(p);
-  // A piece per peer and phase, the same on every rank (it depends on p and the scratch size only).
-  const size_t piece_bytes = chunk_target(g, p) > tb ? (chunk_target(g, p) - tb) / static_cast<size_t>(p) / 64 * 64 : 0;
-  if (piece_bytes < kMinPieceBytes) return alltoallv_pairwise(c, in, send_counts, out, recv_counts);
-  const Blocks sb = counted_blocks(send_counts, es), rb = counted_blocks(recv_counts, es);
+  const size_t tb = table_bytes(p);
+  // With many ranks a slot holds only small pieces of each block (see alltoall_direct), or the
+  // table does not fit a small slot: the pairwise exchange.
+  if (chunk_target(g, p) / static_cast<size_t>(p) < kMinPieceBytes || !small_fits(tb))
+    return alltoallv_pairwise(c, in, send_counts, out, recv_counts);
+  const Blocks sb = counted_blocks(send_counts, c.esize), rb = counted_blocks(recv_counts, c.esize);
   Sig sig(OpKind::alltoallv, c);
-  sig.add(2);  // 2: the form with counts per rank (they differ per rank by design: the table checks them)
+  sig.add(2);  // 2: the form with counts per rank (they differ per rank by design: the tables check them)
+
+  // Every reader finds a peer's table in its data area: kSmallBytes says where, whatever it holds.
+  const Small s = small_begin(c, sig.value(), kSmallBytes);
+  uint8_t* mine = small_data(c, s, kSmallBytes);
+  const bool inline_blocks = small_fits(tb + sb.total() - sb.len[r]);
+  uint64_t* table = reinterpret_cast<uint64_t*>(mine);
+  for (int j = 0; j < p; ++j) table[j] = sb.len[j], table[p + j] = rb.len[j];
+  table[2 * p] = inline_blocks;
+  if (inline_blocks)  // before out is written: in may be out
+    for (int j = 0, at = 0; j < p; ++j)
+      if (j != r) copy_bytes(mine + tb + at, u8(in) + sb.off[j], sb.len[j]), at += static_cast<int>(sb.len[j]);
+  small_publish(c, s);
+
+  // Every rank checks every pair, in the same order, so that all of them fail on the same one.
+  RankPtrs tables(p);
+  for (int j = 0; j < p; ++j) tables[j] = j == r ? mine : small_wait(c, j, s, kSmallBytes);
+  auto word = [&](int j, int w) { return reinterpret_cast<const uint64_t*>(tables[j])[w]; };
+  bool all_inline = true;
+  size_t largest = 0, most = 0;  // the largest block between two ranks, and what a rank sends at most
+  for (int i = 0; i < p; ++i) {
+    all_inline = all_inline && word(i, 2 * p);
+    size_t sent = 0;
+    for (int k = 0; k < p; ++k) sent += word(i, k);
+    most = std::max(most, sent);
+    for (int k = 0; k < p; ++k) {
+      if (k == i) continue;
+      largest = std::max<size_t>(largest, word(i, k));
+      if (word(i, k) != word(k, p + i))
+        c.engine().fail_mismatch(i == r ? k : i, std::string(c.what) + ": rank " + std::to_string(i) + " sends rank " +
+                                                     std::to_string(k) + " " + std::to_string(word(i, k)) +
+                                                     " bytes, and rank " + std::to_string(k) + " expects " +
+                                                     std::to_string(word(k, p + i)) +
+                                                     " (send and receive counts must match pair by pair)");
+    }
+  }
+  if (all_inline) {
+    // The own block first, while nothing of out is written yet; in place it may move within
+    // the buffer (the other blocks of in are in the slot by now).
+    std::memmove(u8(out) + rb.off[r], u8(in) + sb.off[r], sb.len[r]);
+    for (int j = 0; j < p; ++j) {
+      if (j == r) continue;
+      size_t at = tb;  // j's block for r follows j's blocks for the ranks before r
+      for (int k = 0; k < r; ++k)
+        if (k != j) at += word(j, k);
+      copy_bytes(u8(out) + rb.off[j], static_cast<const uint8_t*>(tables[j]) + at, rb.len[j]);
+    }
+    return small_done(c, s);
+  }
+  small_done(c, s);
+  if (direct_alltoall_pairwise(most, p)) return alltoallv_pairwise(c, in, send_counts, out, recv_counts);
+
   const uint8_t* src = u8(in);
   if (overlaps(in, sb.total(), out, rb.total())) {  // out's blocks are written while in's are still copied in
     uint8_t* t = c.scratch(sb.total(), 0);
@@ -51,50 +104,7 @@ void alltoallv_direct(Ctx& c, const void* in, const std::vector<size_t>& send_co
     src = t;
   }
   begin(c, sig.value());
-  auto piece = [&](size_t len, size_t m) { return std::min(piece_bytes, len - std::min(len, m * piece_bytes)); };
-  auto copy_in = [&](size_t m) {
-    uint8_t* mine = slot(g, r, slot_of(c, m)) + tb;
-    for (int j = 0; j < p; ++j)
-      if (j != r) copy_bytes(mine + j * piece_bytes, src + sb.off[j] + m * piece_bytes, piece(sb.len[j], m));
-  };
-  auto copy_out = [&](size_t m) {
-    for (int j = 0; j < p; ++j)
-      if (j != r) copy_bytes(u8(out) + rb.off[j] + m * piece_bytes, slot(g, j, slot_of(c, m)) + tb + r * piece_bytes, piece(rb.len[j], m));
-  };
-
-  uint64_t* table = reinterpret_cast<uint64_t*>(slot(g, r, slot_of(c, 0)));
-  for (int j = 0; j < p; ++j) table[j] = sb.len[j], table[p + j] = rb.len[j];
-  size_t largest_sent = 0;  // the block to itself never goes through the slots
-  for (int j = 0; j < p; ++j)
-    if (j != r) largest_sent = std::max(largest_sent, sb.len[j]);
-  table[2 * p] = largest_sent;
-  copy_in(0);
-  copy_bytes(u8(out) + rb.off[r], src + sb.off[r], sb.len[r]);  // dispatch checked sb.len[r] == rb.len[r]
-  g.barrier();
-  check(c);
-  // Every rank checks every pair, in the same order, so that all of them fail on the same one.
-  auto table_of = [&](int j) { return reinterpret_cast<const uint64_t*>(slot(g, j, slot_of(c, 0))); };
-  size_t largest = 0;
-  for (int i = 0; i < p; ++i) {
-    const uint64_t* t = table_of(i);
-    largest = std::max<size_t>(largest, t[2 * p]);
-    for (int k = 0; k < p; ++k) {
-      const uint64_t expects = table_of(k)[p + i];
-      if (k != i && t[k] != expects)
-        c.engine().fail_mismatch(i == r ? k : i, std::string(c.what) + ": rank " + std::to_string(i) + " sends rank " +
-                                                     std::to_string(k) + " " + std::to_string(t[k]) + " bytes, and rank " +
-                                                     std::to_string(k) + " expects " + std::to_string(expects) +
-                                                     " (send and receive counts must match pair by pair)");
-    }
-  }
-  const size_t nchunks = std::max<size_t>(1, (largest + piece_bytes - 1) / piece_bytes);
-  for (size_t ph = 1; ph <= nchunks; ++ph) {
-    if (ph < nchunks) copy_in(ph);
-    copy_out(ph - 1);
-    if (ph == nchunks) break;
-    g.barrier();
-  }
-  end(c, nchunks);
+  alltoall_pipeline(c, src, sb, out, rb, largest);
 }
 
 }  // namespace shoal::algo

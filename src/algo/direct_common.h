@@ -60,6 +60,10 @@ inline constexpr size_t kMaxChunkBytes = size_t(4) << 20;
 // (each phase's barrier among many ranks would cost more than p-1 steps; with the default 16 MiB
 // scratch, from 23 ranks).
 inline constexpr size_t kMinPieceBytes = size_t(16) << 10;
+// The phases of alltoall and alltoallv after begin(): this rank's blocks `sb` of `src` go to the
+// peers, theirs land in `out` as `rb` says; `largest` is the group's largest block between two
+// ranks (the same on every rank: it sets the number of phases). Ends with end().
+void alltoall_pipeline(Ctx& c, const uint8_t* src, const Blocks& sb, void* out, const Blocks& rb, size_t largest);
 // Single copy from this many bytes (BENCHMARKS.md, "Single-copy transfers").
 inline constexpr size_t kSingleCopyBytes = size_t(2) << 20;
 

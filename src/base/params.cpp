@@ -40,13 +40,18 @@ const std::vector<Param> kParams = {
      "automatic"},
     {"SHOAL_TUNING", Kind::text, 0, 0, nullptr,
      "a file of costs measured on this machine, which the automatic choice of algorithm uses instead of the "
-     "built-in ones (`scripts/tune_algos.py --direct-reduce` writes it; `docs/algorithms.md`, \"Measured cost "
+     "built-in ones (`scripts/tune_algos.py --direct` writes it; `docs/algorithms.md`, \"Measured cost "
      "curves\"). Set the same file for every rank",
      "the built-in costs (`src/algo/cost_points.inc`), measured on a 2-core AMD EPYC"},
     {"SHOAL_DIRECT_REDUCE", Kind::choice, 0, 0, "auto,one_shot,two_shot",
      "for tuning and tests: how the shared-memory allreduce and reduce above 8 KiB run: `one_shot` (every rank "
      "reads every input; when it fits the scratch area), `two_shot` (each rank reduces a slice) or `auto` (the "
      "cheaper by the measured costs, `SHOAL_TUNING`)",
+     "`auto`"},
+    {"SHOAL_DIRECT_ALLTOALL", Kind::choice, 0, 0, "auto,scratch,pairwise",
+     "for tuning and tests: how alltoall and alltoallv run when every rank is on this host, above 8 KiB: `scratch` "
+     "(through the ranks' shared scratch areas, a barrier per phase, or by single copy), `pairwise` (the pairwise "
+     "exchange over the shared-memory rings) or `auto` (the cheaper by the measured costs, `SHOAL_TUNING`)",
      "`auto`"},
     {"SHOAL_TIMEOUT", Kind::seconds, 0.001, 1e9, nullptr, "deadline of every op, seconds", "300"},
     {"SHOAL_TCP_STREAMS", Kind::integer, 1, 64, nullptr,

@@ -450,7 +450,8 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
   // Settings the direct ops read as they run: a value that cannot be used fails here, on every
   // rank it is set for, not in an op where the other ranks would wait for it.
   params::choice("SHOAL_DIRECT_REDUCE");
-  algo::direct_reduce_points();
+  params::choice("SHOAL_DIRECT_ALLTOALL");
+  algo::cost_points();
   // Each construction of a group with this name is a new instance with fresh keys.
   int64_t n = store->add("shoal/" + opts.group_name + "/instances", 1);
   auto prefixed = std::make_shared<PrefixStore>("shoal/" + opts.group_name + "/" + std::to_string((n - 1) / size), store);

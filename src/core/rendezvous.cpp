@@ -11,6 +11,7 @@
 #include <fstream>
 #include <utility>
 
+#include "algo/cost.h"
 #include "base/log.h"
 #include "base/params.h"
 #include "shoal/error.h"
@@ -218,14 +219,28 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   // Whether every rank runs on this host (the choice of algorithm differs when all TCP bytes
   // cost the same CPUs), and whether some peer is outside this network namespace (then loopback
   // is no address to advertise).
+  // With them, what the automatic choices on one host read (algo/cost.h): ranks that read
+  // different costs or settings could run one op different ways.
   const std::string me = host_identity(), my_network = network_identity();
-  auto ids = all_gather(store, "hostid", rank, size, me + "|" + my_network, deadline);
+  const std::string my_tuning = std::to_string(algo::tuning_digest());
+  auto ids = all_gather(store, "hostid", rank, size, me + "|" + my_network + "|" + my_tuning, deadline);
   std::vector<std::string> host_ids(size);
   bool peer_elsewhere = false;
+  int other_tuning = -1;  // the first rank whose digest differs from rank 0's
+  std::string tuning0;
   for (int r = 0; r < size; ++r) {
-    const size_t bar = ids[r].rfind('|');
+    const size_t tbar = ids[r].rfind('|'), bar = ids[r].rfind('|', tbar - 1);
     host_ids[r] = ids[r].substr(0, bar);
-    peer_elsewhere = peer_elsewhere || ids[r].substr(bar + 1) != my_network;
+    peer_elsewhere = peer_elsewhere || ids[r].substr(bar + 1, tbar - bar - 1) != my_network;
+    const std::string tuning = ids[r].substr(tbar + 1);
+    if (r == 0) tuning0 = tuning;
+    else if (other_tuning < 0 && tuning != tuning0) other_tuning = r;
+  }
+  if (other_tuning >= 0) {
+    hold_store_until_read(store, "hostid", rank, size, deadline);
+    throw InvalidArgument("rank " + std::to_string(other_tuning) +
+                          " reads other measured costs or settings than rank 0 (SHOAL_TUNING, SHOAL_DIRECT_REDUCE, "
+                          "SHOAL_DIRECT_ALLTOALL): set them the same for every rank of a group");
   }
   const bool one_host = std::all_of(host_ids.begin(), host_ids.end(), [&](auto& h) { return h == host_ids[0]; });
   topo.hosts = HostMap::from_ids(host_ids);
