@@ -1,5 +1,5 @@
-// The measured cost curves of the direct allreduce/reduce (src/algo/cost.cpp): the tuning file's
-// parser, the cost between and beyond the measured points, and the choice, in one process.
+// The measured cost curves of the ops with two ways on one host (src/algo/cost.cpp): the tuning
+// file's parser, the cost between and beyond the measured points, and the choice, in one process.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -58,8 +58,7 @@ TEST(CostCurves, RejectsWhatItCannotUseNamingTheLine) {
       {"direct allreduce 2 4096 -1 1\n" + reduce_line, "not negative"},
       {"direct allreduce 2 4096 nan 1\n" + reduce_line, "expected: direct OP"},
       {reduce_line + "direct allreduce 2 4096 1 1\ndirect allreduce 2 4096 2 2\n", "line 4"},
-      {reduce_line, "no line for the direct allreduce"},
-      {"direct allreduce 2 4096 1 1\ndirect reduce 2 4096 1 1\n", "no line for the direct alltoall"},
+      {"# nothing\n", "no points"},
   };
   for (const Case& c : cases) {
     try {
@@ -173,6 +172,24 @@ TEST(CostCurves, TheFileSHOAL_TUNINGNamesDecides) {
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("SHOAL_TUNING='/nonexistent/shoal-tuning.txt'"), std::string::npos) << e.what();
     }
+  }
+  // A file with points for one op: the others keep the built-in ones.
+  {
+    std::ofstream f(path);
+    f << "direct alltoall 2 16384 50 5\n";
+  }
+  {
+    ScopedEnv file("SHOAL_TUNING", path.c_str());
+    const auto points = cost_points();
+    size_t alltoall = 0, reduce = 0;
+    for (const auto& q : *points) {
+      if (q.op == OpKind::alltoallv) ++alltoall;
+      if (q.op == OpKind::reduce) ++reduce;
+    }
+    EXPECT_EQ(alltoall, 1u);
+    EXPECT_GT(reduce, 0u);
+    EXPECT_TRUE(direct_alltoall_pairwise(16 * K, 2));
+    EXPECT_EQ(direct_reduce_one_shot(OpKind::reduce, 16 * K, 2), built_in);
   }
   std::remove(path.c_str());
 }

@@ -23,13 +23,23 @@ const char* const kBuiltIn =
 #include "algo/cost_points.inc"
     ;
 
+// The ops with two ways.
+constexpr OpKind kOps[] = {OpKind::allreduce, OpKind::reduce, OpKind::alltoallv};
+
+// SHOAL_TUNING's points, with the built-in ones for the ops the file has none of.
 std::vector<CostPoint> load(const std::optional<std::string>& path) {
-  if (!path) return parse_tuning(kBuiltIn, "the built-in tuning");
+  std::vector<CostPoint> built_in = parse_tuning(kBuiltIn, "the built-in tuning");
+  if (!path) return built_in;
   std::ifstream f(*path);
   if (!f) throw InvalidArgument("SHOAL_TUNING='" + *path + "': cannot read the file");
   std::stringstream s;
   s << f.rdbuf();
-  return parse_tuning(s.str(), "SHOAL_TUNING='" + *path + "'");
+  std::vector<CostPoint> points = parse_tuning(s.str(), "SHOAL_TUNING='" + *path + "'");
+  for (OpKind op : kOps)
+    if (std::none_of(points.begin(), points.end(), [&](const CostPoint& q) { return q.op == op; }))
+      for (const CostPoint& q : built_in)
+        if (q.op == op) points.push_back(q);
+  return points;
 }
 
 // The value at n of the straight lines through (xs[i], ys[i]), xs ascending: below the first
@@ -75,8 +85,6 @@ Curves curves_for(const std::vector<CostPoint>& points, OpKind op, int p) {
   return c;
 }
 
-// The ops with two ways, and the setting that forces one ("auto" or unset: the cheaper).
-constexpr OpKind kOps[] = {OpKind::allreduce, OpKind::reduce, OpKind::alltoallv};
 int op_index(OpKind op) {
   for (int i = 0; i < 3; ++i)
     if (kOps[i] == op) return i;
@@ -177,9 +185,7 @@ std::vector<CostPoint> parse_tuning(const std::string& text, const std::string& 
         bad("a second line for " + op + " at " + std::to_string(q.ranks) + " ranks and " + std::to_string(q.bytes) + " bytes");
     out.push_back(q);
   }
-  for (OpKind op : kOps)
-    if (std::none_of(out.begin(), out.end(), [&](const CostPoint& r) { return r.op == op; }))
-      throw InvalidArgument(where + ": no line for the direct " + op_kind_name(op));
+  if (out.empty()) throw InvalidArgument(where + ": no points (lines 'direct OP RANKS BYTES WAY0_US WAY1_US')");
   return out;
 }
 

@@ -35,8 +35,11 @@ struct CostPoint {
   double us[2] = {0, 0};  // way 0, way 1 (above)
 };
 
-// The points in effect: SHOAL_TUNING's, else the built-in ones; the file is read when first
-// needed and again only if SHOAL_TUNING changes. Throws InvalidArgument naming the file if it
+// The points in effect: SHOAL_TUNING's (with the built-in ones for an op it has none of), else
+// the built-in ones; the file is read when first needed and again only if SHOAL_TUNING changes.
+// The settings are meant to stay as they were when a group formed (the rendezvous compares them
+// across ranks then): changed later in one process only, an alltoall could wait for its peers
+// until the timeout. Throws InvalidArgument naming the file if it
 // cannot be used.
 std::shared_ptr<const std::vector<CostPoint>> cost_points();
 
@@ -53,8 +56,8 @@ int cheaper_way(OpKind op, size_t n, int p);
 // Whether the direct allreduce (`op` allreduce) or reduce of n bytes per rank at p ranks runs in
 // one shot. The caller checks that one shot fits.
 inline bool direct_reduce_one_shot(OpKind op, size_t n, int p) { return cheaper_way(op, n, p) == 0; }
-// Whether an alltoall(v) of n bytes (the largest total a rank sends or receives) at p ranks on one
-// host takes the pairwise exchange over the rings rather than the scratch slots.
+// Whether an alltoall(v) of n bytes (what a rank sends; alltoallv: the most any rank sends) at p
+// ranks on one host takes the pairwise exchange over the rings rather than the scratch slots.
 inline bool direct_alltoall_pairwise(size_t n, int p) { return cheaper_way(OpKind::alltoallv, n, p) == 1; }
 
 // A digest of what the choices above read on this rank: the points in effect and the settings

@@ -6,7 +6,8 @@
 // out of every peer's scratch. Up to kSmallBytes per rank it runs as a small op (no barrier: every
 // rank publishes its p blocks in its slot and reads its block from each peer's slot). Above, the
 // pairwise exchange over the shm rings also copies twice, but pays a frame, a doorbell and a
-// flow-control round trip per step and peer; here a phase costs one barrier for all peers.
+// flow-control round trip per step and peer; here a phase costs one barrier for all peers. Which
+// is cheaper depends on the machine and the ranks per core: measured (cost.h).
 //
 // Pipeline: phase m copies piece m of each of its p blocks into slot m % 2 (piece j of the slot
 // holds block j's), and piece m-1 of its own block out of every peer's slot; barriers between

@@ -10,10 +10,11 @@
 //
 // Cost, when every rank's blocks fit in its small slot (kSmallBytes with the table): α' + 2·n·β
 // per rank (α' = one cache line from each peer, n = bytes the rank sends): each rank copies its
-// blocks into its slot and its own block out of every peer's. Otherwise α' + (N + 1)·α + 2·n·β
-// (α = one barrier): alltoall's pipeline (direct_alltoall.cpp), with N phases for the group's
-// largest block, or the pairwise exchange where the measured costs say the rings beat the slots
-// (cost.h; the size is what a rank sends at most, which every rank knows from the tables). The pairwise exchange over the shm rings also copies twice, but pays a frame, a
+// blocks into its slot and its own block out of every peer's. Otherwise α' + N·α + 2·n·β (α =
+// one barrier, one more when N is even): alltoall's pipeline (direct_alltoall.cpp), with N
+// phases for the group's largest block, or the pairwise exchange where the measured costs say
+// the rings beat the slots (cost.h; the size is what a rank sends at most, which every rank
+// knows from the tables). The pairwise exchange over the shm rings also copies twice, but pays a frame, a
 // doorbell and a flow-control round trip per step and peer, and p-1 steps.
 #include <algorithm>
 #include <cstring>
@@ -84,7 +85,7 @@ void alltoallv_direct(Ctx& c, const void* in, const std::vector<size_t>& send_co
   if (all_inline) {
     // The own block first, while nothing of out is written yet; in place it may move within
     // the buffer (the other blocks of in are in the slot by now).
-    std::memmove(u8(out) + rb.off[r], u8(in) + sb.off[r], sb.len[r]);
+    if (sb.len[r]) std::memmove(u8(out) + rb.off[r], u8(in) + sb.off[r], sb.len[r]);
     for (int j = 0; j < p; ++j) {
       if (j == r) continue;
       size_t at = tb;  // j's block for r follows j's blocks for the ranks before r

@@ -226,21 +226,22 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   auto ids = all_gather(store, "hostid", rank, size, me + "|" + my_network + "|" + my_tuning, deadline);
   std::vector<std::string> host_ids(size);
   bool peer_elsewhere = false;
-  int other_tuning = -1;  // the first rank whose digest differs from rank 0's
-  std::string tuning0;
+  std::vector<std::string> tunings(size);
   for (int r = 0; r < size; ++r) {
     const size_t tbar = ids[r].rfind('|'), bar = ids[r].rfind('|', tbar - 1);
     host_ids[r] = ids[r].substr(0, bar);
     peer_elsewhere = peer_elsewhere || ids[r].substr(bar + 1, tbar - bar - 1) != my_network;
-    const std::string tuning = ids[r].substr(tbar + 1);
-    if (r == 0) tuning0 = tuning;
-    else if (other_tuning < 0 && tuning != tuning0) other_tuning = r;
+    tunings[r] = ids[r].substr(tbar + 1);
   }
-  if (other_tuning >= 0) {
+  // The choices they drive run among the ranks of one host: each host's ranks must agree (hosts
+  // of other kinds may have files of their own). Every rank finds the same first pair.
+  for (int r = 1; r < size; ++r) {
+    const int first = static_cast<int>(std::find(host_ids.begin(), host_ids.end(), host_ids[r]) - host_ids.begin());
+    if (tunings[r] == tunings[first]) continue;
     hold_store_until_read(store, "hostid", rank, size, deadline);
-    throw InvalidArgument("rank " + std::to_string(other_tuning) +
-                          " reads other measured costs or settings than rank 0 (SHOAL_TUNING, SHOAL_DIRECT_REDUCE, "
-                          "SHOAL_DIRECT_ALLTOALL): set them the same for every rank of a group");
+    throw InvalidArgument("ranks " + std::to_string(first) + " and " + std::to_string(r) +
+                          ", on one host, read different measured costs or settings (SHOAL_TUNING, SHOAL_DIRECT_REDUCE, "
+                          "SHOAL_DIRECT_ALLTOALL): set them the same for every rank of a host");
   }
   const bool one_host = std::all_of(host_ids.begin(), host_ids.end(), [&](auto& h) { return h == host_ids[0]; });
   topo.hosts = HostMap::from_ids(host_ids);
