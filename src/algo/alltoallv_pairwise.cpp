@@ -19,12 +19,7 @@ void alltoallv_pairwise(Ctx& c, const void* in, const std::vector<size_t>& send_
   const int p = c.size, r = c.rank;
   const size_t es = c.esize;
   Blocks sb = counted_blocks(send_counts, es), rb = counted_blocks(recv_counts, es);
-  const uint8_t* src = u8(in);
-  if (overlaps(in, sb.total(), out, rb.total())) {
-    uint8_t* t = c.scratch(sb.total(), 0);
-    std::memcpy(t, in, sb.total());
-    src = t;
-  }
+  const uint8_t* src = apart_from_out(c, in, sb.total(), out, rb.total());
   copy_bytes(u8(out) + rb.off[r], src + sb.off[r], std::min(sb.len[r], rb.len[r]));
   std::vector<std::vector<Request*>> inflight;
   size_t head = 0;

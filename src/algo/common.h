@@ -46,6 +46,14 @@ inline bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
   auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
   return x < y + bn && y < x + an;
 }
+// The input as an op may read it while it writes `out`: `in` itself, or, where the two overlap
+// (in place), a copy of it in scratch slot 0.
+inline const uint8_t* apart_from_out(Ctx& c, const void* in, size_t in_bytes, const void* out, size_t out_bytes) {
+  if (!overlaps(in, in_bytes, out, out_bytes)) return u8(in);
+  uint8_t* t = c.scratch(in_bytes, 0);
+  copy_bytes(t, in, in_bytes);
+  return t;
+}
 inline int mod(int a, int p) { return ((a % p) + p) % p; }
 inline int lowbit(int v) { return v & -v; }
 inline int pow2_floor(int p) {

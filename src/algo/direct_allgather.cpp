@@ -32,12 +32,8 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
   // the root reading them would make them one after the other).
   if (root >= 0 && use_single_copy(c, b.total() - b.max_len())) {
     uint8_t* own = u8(out) + b.off[r];
-    const void* mine = in;
-    if (r == root && in != own && overlaps(in, b.len[r], out, b.total())) {  // the writers would overwrite it
-      uint8_t* t = c.scratch(b.len[r]);
-      copy_bytes(t, in, b.len[r]);
-      mine = t;
-    }
+    // The root's own block, out of the writers' way.
+    const void* mine = r == root && in != own ? apart_from_out(c, in, b.len[r], out, b.total()) : in;
     begin_single(c, sig, r == root ? out : nullptr);
     g.barrier();
     check(c);

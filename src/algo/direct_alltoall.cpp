@@ -23,7 +23,6 @@
 // faster (BENCHMARKS.md, "alltoall by single copy"). Writing beats reading: the writer's block is
 // in its own cache (a producer just wrote it); a reader would fetch it from the writer's.
 #include <algorithm>
-#include <cstring>
 
 #include "algo/cost.h"
 #include "algo/direct_common.h"
@@ -58,12 +57,8 @@ void alltoall_direct(Ctx& c, const void* in, void* out, size_t count) {
     const std::vector<size_t> counts(p, count);
     return alltoallv_pairwise(c, in, counts, out, counts);
   }
-  const uint8_t* src = u8(in);
-  if (overlaps(in, all, out, all)) {  // out's blocks are written while in's are still copied in
-    uint8_t* t = c.scratch(all, 0);
-    std::memcpy(t, in, all);
-    src = t;
-  }
+  // out's blocks are written while in's are still copied in.
+  const uint8_t* src = apart_from_out(c, in, all, out, all);
   if (use_single_copy_alltoall(c, bs)) {
     begin_single(c, sig.value(), out);
     g.barrier();

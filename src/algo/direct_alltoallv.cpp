@@ -98,12 +98,8 @@ void alltoallv_direct(Ctx& c, const void* in, const std::vector<size_t>& send_co
   small_done(c, s);
   if (direct_alltoall_pairwise(most, p)) return alltoallv_pairwise(c, in, send_counts, out, recv_counts);
 
-  const uint8_t* src = u8(in);
-  if (overlaps(in, sb.total(), out, rb.total())) {  // out's blocks are written while in's are still copied in
-    uint8_t* t = c.scratch(sb.total(), 0);
-    std::memcpy(t, in, sb.total());
-    src = t;
-  }
+  // out's blocks are written while in's are still copied in.
+  const uint8_t* src = apart_from_out(c, in, sb.total(), out, rb.total());
   begin(c, sig.value());
   alltoall_pipeline(c, src, sb, out, rb, largest);
 }
