@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -85,10 +86,12 @@ Curves curves_for(const std::vector<CostPoint>& points, OpKind op, int p) {
   return c;
 }
 
+[[noreturn]] void no_costs(OpKind op) { throw Error(std::string("no measured costs for the direct ") + op_kind_name(op)); }
+
 int op_index(OpKind op) {
-  for (int i = 0; i < 3; ++i)
-    if (kOps[i] == op) return i;
-  throw Error(std::string("no measured costs for the direct ") + op_kind_name(op));
+  for (size_t i = 0; i < std::size(kOps); ++i)
+    if (kOps[i] == op) return static_cast<int>(i);
+  no_costs(op);
 }
 
 }  // namespace
@@ -114,7 +117,7 @@ double way_us(const std::vector<CostPoint>& points, OpKind op, int p, size_t n, 
     if (q.ranks <= p && q.ranks > below) below = q.ranks;
     if (q.ranks >= p && (above == 0 || q.ranks < above)) above = q.ranks;
   }
-  if (!below && !above) throw Error(std::string("no measured costs for the direct ") + op_kind_name(op));
+  if (!below && !above) no_costs(op);
   if (below && above) {
     const double lo = at_ranks(points, op, below, n, way);
     if (above == below) return lo;
@@ -134,7 +137,7 @@ int cheaper_way(OpKind op, size_t n, int p) {
   // Per thread, the points last used and the curves of each op at the group size last asked for.
   thread_local std::optional<std::string> path;
   thread_local std::shared_ptr<const std::vector<CostPoint>> points;
-  thread_local Curves curves[3];  // by op_index
+  thread_local Curves curves[std::size(kOps)];  // by op_index
   const auto now = params::text("SHOAL_TUNING");
   if (!points || now != path) {
     points = cost_points();
@@ -171,9 +174,10 @@ std::vector<CostPoint> parse_tuning(const std::string& text, const std::string& 
     };
     if (kind != "direct") bad("expected 'direct', the only kind of line a tuning file has");
     CostPoint q;
-    if (!(w >> op) || (op != "allreduce" && op != "reduce" && op != "alltoall"))
-      bad("expected the op 'allreduce', 'reduce' or 'alltoall' after 'direct'");
-    q.op = op == "allreduce" ? OpKind::allreduce : op == "reduce" ? OpKind::reduce : OpKind::alltoallv;
+    w >> op;
+    const auto* named = std::find_if(std::begin(kOps), std::end(kOps), [&](OpKind k) { return op == op_kind_name(k); });
+    if (named == std::end(kOps)) bad("expected the op 'allreduce', 'reduce' or 'alltoall' after 'direct'");
+    q.op = *named;
     if (!(w >> q.ranks >> q.bytes >> q.us[0] >> q.us[1])) bad("expected: direct OP RANKS BYTES WAY0_US WAY1_US");
     std::string extra;
     if (w >> extra) bad("unexpected '" + extra + "' after the six fields");

@@ -16,7 +16,6 @@
 #include <thread>
 
 #include "algo/algorithms.h"
-#include "algo/cost.h"
 #include "algo/registry.h"
 #include "algo/context.h"
 #include "engine/engine.h"
@@ -447,11 +446,6 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
   m.size = size;
   m.store = store;
   m.env_algo = env_algos();
-  // Settings the direct ops read as they run: a value that cannot be used fails here, on every
-  // rank it is set for, not in an op where the other ranks would wait for it.
-  params::choice("SHOAL_DIRECT_REDUCE");
-  params::choice("SHOAL_DIRECT_ALLTOALL");
-  algo::cost_points();
   // Each construction of a group with this name is a new instance with fresh keys.
   int64_t n = store->add("shoal/" + opts.group_name + "/instances", 1);
   auto prefixed = std::make_shared<PrefixStore>("shoal/" + opts.group_name + "/" + std::to_string((n - 1) / size), store);

@@ -220,7 +220,8 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   // cost the same CPUs), and whether some peer is outside this network namespace (then loopback
   // is no address to advertise).
   // With them, what the automatic choices on one host read (algo/cost.h): ranks that read
-  // different costs or settings could run one op different ways.
+  // different costs or settings could run one op different ways. Reading them here also fails
+  // the group's creation on a value that cannot be used (SHOAL_TUNING, SHOAL_DIRECT_*), not an op.
   const std::string me = host_identity(), my_network = network_identity();
   const std::string my_tuning = std::to_string(algo::tuning_digest());
   auto ids = all_gather(store, "hostid", rank, size, me + "|" + my_network + "|" + my_tuning, deadline);
