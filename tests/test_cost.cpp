@@ -107,7 +107,7 @@ TEST(CostCurves, TheChoiceIsTheCheaperCurve) {
     for (int p : {2, 3, 4, 6, 8, 12, 16, 64})
       for (size_t n : {12 * K, 64 * K, 256 * K, 1024 * K, 8192 * K, 65536 * K}) {
         const int want = way_us(points, op, p, n, 0) <= way_us(points, op, p, n, 1) ? 0 : 1;
-        EXPECT_EQ(cheaper_way(op, n, p), want) << op_kind_name(op) << " p " << p << " n " << n;
+        EXPECT_EQ(Ways::current().cheaper(op, n, p), want) << op_kind_name(op) << " p " << p << " n " << n;
         ways[want]++;
       }
     EXPECT_GT(ways[0], 0) << "the built-in points never choose way 0 of " << op_kind_name(op);
@@ -115,19 +115,19 @@ TEST(CostCurves, TheChoiceIsTheCheaperCurve) {
   }
   {
     ScopedEnv forced("SHOAL_DIRECT_ALLTOALL", "pairwise");
-    EXPECT_TRUE(direct_alltoall_pairwise(16 * K, 2));
+    EXPECT_TRUE(Ways::current().alltoall_pairwise(16 * K, 2));
   }
   {
     ScopedEnv forced("SHOAL_DIRECT_ALLTOALL", "scratch");
-    EXPECT_FALSE(direct_alltoall_pairwise(size_t(64) << 20, 64));
+    EXPECT_FALSE(Ways::current().alltoall_pairwise(size_t(64) << 20, 64));
   }
   {
     ScopedEnv forced("SHOAL_DIRECT_REDUCE", "two_shot");
-    EXPECT_FALSE(direct_reduce_one_shot(OpKind::reduce, 16 * K, 2));
+    EXPECT_FALSE(Ways::current().reduce_one_shot(OpKind::reduce, 16 * K, 2));
   }
   {
     ScopedEnv forced("SHOAL_DIRECT_REDUCE", "one_shot");
-    EXPECT_TRUE(direct_reduce_one_shot(OpKind::allreduce, size_t(64) << 20, 64));
+    EXPECT_TRUE(Ways::current().reduce_one_shot(OpKind::allreduce, size_t(64) << 20, 64));
   }
 }
 
@@ -155,15 +155,15 @@ TEST(CostCurves, TheFileSHOAL_TUNINGNamesDecides) {
     f << "direct allreduce 2 16384 50 5\ndirect reduce 2 16384 50 5\ndirect alltoall 2 16384 5 50\n";  // way 1, way 1, way 0
   }
   ScopedEnv unset_file("SHOAL_TUNING", nullptr);
-  const bool built_in = direct_reduce_one_shot(OpKind::reduce, 16 * K, 2);
+  const bool built_in = Ways::current().reduce_one_shot(OpKind::reduce, 16 * K, 2);
   {
     ScopedEnv file("SHOAL_TUNING", path.c_str());
     EXPECT_EQ(cost_points()->size(), 3u);
-    EXPECT_FALSE(direct_alltoall_pairwise(size_t(64) << 20, 16));
-    EXPECT_FALSE(direct_reduce_one_shot(OpKind::reduce, 16 * K, 2));
-    EXPECT_FALSE(direct_reduce_one_shot(OpKind::allreduce, 16 * K, 2));
+    EXPECT_FALSE(Ways::current().alltoall_pairwise(size_t(64) << 20, 16));
+    EXPECT_FALSE(Ways::current().reduce_one_shot(OpKind::reduce, 16 * K, 2));
+    EXPECT_FALSE(Ways::current().reduce_one_shot(OpKind::allreduce, 16 * K, 2));
   }
-  EXPECT_EQ(direct_reduce_one_shot(OpKind::reduce, 16 * K, 2), built_in);
+  EXPECT_EQ(Ways::current().reduce_one_shot(OpKind::reduce, 16 * K, 2), built_in);
   {
     ScopedEnv missing("SHOAL_TUNING", "/nonexistent/shoal-tuning.txt");
     try {
@@ -188,8 +188,8 @@ TEST(CostCurves, TheFileSHOAL_TUNINGNamesDecides) {
     }
     EXPECT_EQ(alltoall, 1u);
     EXPECT_GT(reduce, 0u);
-    EXPECT_TRUE(direct_alltoall_pairwise(16 * K, 2));
-    EXPECT_EQ(direct_reduce_one_shot(OpKind::reduce, 16 * K, 2), built_in);
+    EXPECT_TRUE(Ways::current().alltoall_pairwise(16 * K, 2));
+    EXPECT_EQ(Ways::current().reduce_one_shot(OpKind::reduce, 16 * K, 2), built_in);
   }
   std::remove(path.c_str());
 }

@@ -239,6 +239,36 @@ INSTANTIATE_TEST_SUITE_P(All, DirectWaysAgreement,
                          ::testing::Values("SHOAL_DIRECT_REDUCE", "SHOAL_DIRECT_ALLTOALL", "SHOAL_TUNING"),
                          [](const auto& info) { return info.param; });
 
+// A group keeps the ways it formed with: one rank changing the settings afterwards changes
+// nothing for the group's ops, which each rank still runs as the others do.
+TEST(DirectWaysAgreement, SettingsChangedAfterTheGroupFormedChangeNothingForIt) {
+  RunConfig cfg = timed_config("shm", std::chrono::seconds(20), std::chrono::seconds(60));
+  cfg.env.push_back({"SHOAL_DIRECT_ALLTOALL", "scratch"});
+  cfg.env.push_back({"SHOAL_DIRECT_REDUCE", "one_shot"});
+  run_ranks(3, cfg, [](Communicator& c) {
+    const int p = c.size(), me = c.rank();
+    if (me == 1) {
+      setenv("SHOAL_DIRECT_ALLTOALL", "pairwise", 1);
+      setenv("SHOAL_DIRECT_REDUCE", "two_shot", 1);
+    }
+    const size_t count = 100003;  // per block: above the small slots, both ways possible
+    std::vector<float> in(count * p), out(count * p, -1);
+    for (int j = 0; j < p; ++j)
+      for (size_t i = 0; i < count; ++i) in[j * count + i] = static_cast<float>(me * 1000 + j * 10 + static_cast<int>(i % 7));
+    c.alltoall(in.data(), out.data(), count, DType::f32, {Algo::direct})->wait();
+    for (int j = 0; j < p; ++j)
+      for (size_t i = 0; i < count; ++i)
+        SH_CHECK(out[j * count + i] == static_cast<float>(j * 1000 + me * 10 + static_cast<int>(i % 7)))
+            << "alltoall block from rank " << j << ", element " << i;
+    c.allreduce(in.data(), out.data(), count, DType::f32, ReduceOp::sum, {Algo::direct})->wait();
+    for (size_t i = 0; i < count; ++i) {
+      float want = 0;
+      for (int r = 0; r < p; ++r) want += static_cast<float>(r * 1000 + static_cast<int>(i % 7));
+      SH_CHECK(out[i] == want) << "allreduce element " << i;
+    }
+  });
+}
+
 // Behind that check, the way is in the direct allreduce's token: ranks that ran it different ways
 // would fail it with a mismatch (the group's creation catches every case that reaches here).
 

@@ -31,7 +31,7 @@ bool HostMap::uniform() const {
 }
 
 Ctx::Ctx(Engine& engine, ShmGroup* shm, Scratch& scratch, int rank_, int size_, DType dt_, ReduceOp op_,
-         const char* what_, uint64_t sig, Topo topo_, const HostMap* hosts)
+         const char* what_, uint64_t sig, Topo topo_, const HostMap* hosts, const algo::Ways& ways)
     : rank(rank_),
       size(size_),
       dt(dt_),
@@ -43,7 +43,8 @@ Ctx::Ctx(Engine& engine, ShmGroup* shm, Scratch& scratch, int rank_, int size_, 
       shm_(shm),
       scratch_(scratch),
       sig_(sig),
-      hosts_(hosts) {}
+      hosts_(hosts),
+      ways_(ways) {}
 
 namespace {
 int index_in(const std::vector<int>& v, int x) {
@@ -65,7 +66,8 @@ Ctx::Ctx(Ctx& parent, const std::vector<int>& members, Topo topo_)
       shm_(nullptr),
       scratch_(parent.scratch_),
       sig_(parent.sig_),
-      hosts_(nullptr) {
+      hosts_(nullptr),
+      ways_(parent.ways_) {
   for (int m : members) engine_rank_.push_back(parent.engine_rank(m));
 }
 

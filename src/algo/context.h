@@ -18,6 +18,9 @@ namespace shoal {
 class Engine;
 class ShmGroup;
 class Scratch;
+namespace algo {
+class Ways;
+}
 
 // Where the ranks are, for the automatic choice of algorithm: every rank on this host over shared
 // memory (ShmGroup available); every rank on one host over point-to-point links (SHOAL_TRANSPORT=tcp,
@@ -39,9 +42,10 @@ struct HostMap {
 
 class Ctx {
  public:
-  // `hosts` may be null (the group's layout is unknown: no hierarchical algorithm).
+  // `hosts` may be null (the group's layout is unknown: no hierarchical algorithm). `ways` is what
+  // the group's automatic choices on one host read (algo/cost.h).
   Ctx(Engine& engine, ShmGroup* shm, Scratch& scratch, int rank, int size, DType dt, ReduceOp op, const char* what,
-      uint64_t sig, Topo topo, const HostMap* hosts);
+      uint64_t sig, Topo topo, const HostMap* hosts, const algo::Ways& ways);
   // The subgroup `members` of `parent` (ranks of the parent; member i becomes rank i here), which
   // must include the parent's own rank: same op, engine, scratch buffers and message signature,
   // its own requests. `topo` is the subgroup's topology. Hierarchical algorithms run the flat
@@ -90,6 +94,8 @@ class Ctx {
   ShmGroup* shm() const { return shm_; }
   // The group's hosts; null in a subgroup.
   const HostMap* hosts() const { return hosts_; }
+  // The measured costs and forced ways the group formed with.
+  const algo::Ways& ways() const { return ways_; }
   Engine& engine() { return engine_; }
 
  private:
@@ -98,6 +104,7 @@ class Ctx {
   Scratch& scratch_;
   uint64_t sig_;
   const HostMap* hosts_;
+  const algo::Ways& ways_;
   std::vector<int> engine_rank_;  // by rank of this context; empty: the same numbering
   int engine_rank(int peer) const { return engine_rank_.empty() ? peer : engine_rank_[peer]; }
   std::list<Request> reqs_;  // stable addresses; nothing allocated while empty (most direct ops)

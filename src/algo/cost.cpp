@@ -130,18 +130,26 @@ double way_us(const std::vector<CostPoint>& points, OpKind op, int p, size_t n, 
   return at_ranks(points, op, r, n, way) * scale;
 }
 
-int cheaper_way(OpKind op, size_t n, int p) {
+Ways Ways::current() {
+  Ways w;
+  w.points_ = cost_points();
+  for (int i : {0, 1}) {
+    const auto forced = params::choice(i == 0 ? "SHOAL_DIRECT_REDUCE" : "SHOAL_DIRECT_ALLTOALL");
+    if (forced && *forced != "auto") w.forced_[i] = *forced == "one_shot" || *forced == "scratch" ? 0 : 1;
+  }
+  return w;
+}
+
+int Ways::cheaper(OpKind op, size_t n, int p) const {
   const int i = op_index(op);
-  const auto forced = params::choice(i < 2 ? "SHOAL_DIRECT_REDUCE" : "SHOAL_DIRECT_ALLTOALL");
-  if (forced && *forced != "auto") return *forced == "one_shot" || *forced == "scratch" ? 0 : 1;
-  // Per thread, the points last used and the curves of each op at the group size last asked for.
-  thread_local std::optional<std::string> path;
+  const int forced = forced_[i < 2 ? 0 : 1];
+  if (forced >= 0) return forced;
+  // Per thread, the points last used and the curves of each op at the group size last asked for;
+  // holding the points keeps their address from being reused by others.
   thread_local std::shared_ptr<const std::vector<CostPoint>> points;
   thread_local Curves curves[std::size(kOps)];  // by op_index
-  const auto now = params::text("SHOAL_TUNING");
-  if (!points || now != path) {
-    points = cost_points();
-    path = now;
+  if (points != points_) {
+    points = points_;
     for (Curves& c : curves) c.ranks = 0;
   }
   Curves& c = curves[i];
@@ -149,15 +157,13 @@ int cheaper_way(OpKind op, size_t n, int p) {
   return c.cheaper(n);
 }
 
-uint64_t tuning_digest() {
-  const auto points = cost_points();
+uint64_t Ways::digest() const {
   direct::Sig d;
-  d.add(points->size());
-  for (const auto& q : *points)
+  d.add(points_->size());
+  for (const auto& q : *points_)
     d.add(static_cast<uint64_t>(q.op)).add(static_cast<uint64_t>(q.ranks)).add(q.bytes)
         .add(std::bit_cast<uint64_t>(q.us[0])).add(std::bit_cast<uint64_t>(q.us[1]));
-  for (const char* name : {"SHOAL_DIRECT_REDUCE", "SHOAL_DIRECT_ALLTOALL"})
-    for (char ch : params::choice(name).value_or("auto")) d.add(static_cast<uint8_t>(ch));
+  for (int f : forced_) d.add(static_cast<uint64_t>(f + 1));
   return d.value();
 }
 

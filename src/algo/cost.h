@@ -37,10 +37,7 @@ struct CostPoint {
 
 // The points in effect: SHOAL_TUNING's (with the built-in ones for an op it has none of), else
 // the built-in ones; the file is read when first needed and again only if SHOAL_TUNING changes.
-// The settings are meant to stay as they were when a group formed (the rendezvous compares them
-// across ranks then): changed later in one process only, an alltoall could wait for its peers
-// until the timeout. Throws InvalidArgument naming the file if it
-// cannot be used.
+// Throws InvalidArgument naming the file if it cannot be used.
 std::shared_ptr<const std::vector<CostPoint>> cost_points();
 
 // The cost of `way` of `op` at p ranks and n bytes, from `points`. Along n:
@@ -50,20 +47,32 @@ std::shared_ptr<const std::vector<CostPoint>> cost_points();
 // in all, the others ∝ p). Throws Error if `points` has none for `op`.
 double way_us(const std::vector<CostPoint>& points, OpKind op, int p, size_t n, int way);
 
-// The way `op` runs at n bytes and p ranks: the one its setting forces (SHOAL_DIRECT_REDUCE for
-// allreduce and reduce, SHOAL_DIRECT_ALLTOALL for alltoall(v)), else the cheaper curve's.
-int cheaper_way(OpKind op, size_t n, int p);
-// Whether the direct allreduce (`op` allreduce) or reduce of n bytes per rank at p ranks runs in
-// one shot. The caller checks that one shot fits.
-inline bool direct_reduce_one_shot(OpKind op, size_t n, int p) { return cheaper_way(op, n, p) == 0; }
-// Whether an alltoall(v) of n bytes (what a rank sends; alltoallv: the most any rank sends) at p
-// ranks on one host takes the pairwise exchange over the rings rather than the scratch slots.
-inline bool direct_alltoall_pairwise(size_t n, int p) { return cheaper_way(OpKind::alltoallv, n, p) == 1; }
+// What the choices read, taken once when a group forms: the points in effect and the ways
+// SHOAL_DIRECT_REDUCE and SHOAL_DIRECT_ALLTOALL force. Each communicator keeps its own (Ctx::ways),
+// so a setting changed later in one process cannot make its ranks run one op different ways.
+class Ways {
+ public:
+  // From the settings now. Throws InvalidArgument for a SHOAL_TUNING file that cannot be used.
+  static Ways current();
 
-// A digest of what the choices above read on this rank: the points in effect and the settings
-// that force a way. Ranks with different digests could run one op different ways, so the group's
-// creation compares them (rendezvous).
-uint64_t tuning_digest();
+  // The way `op` runs at n bytes and p ranks: the forced one, else the cheaper curve's.
+  int cheaper(OpKind op, size_t n, int p) const;
+  // Whether the direct allreduce (`op` allreduce) or reduce of n bytes per rank at p ranks runs in
+  // one shot. The caller checks that one shot fits.
+  bool reduce_one_shot(OpKind op, size_t n, int p) const { return cheaper(op, n, p) == 0; }
+  // Whether an alltoall(v) of n bytes (what a rank sends; alltoallv: the most any rank sends) at p
+  // ranks on one host takes the pairwise exchange over the rings rather than the scratch slots.
+  bool alltoall_pairwise(size_t n, int p) const { return cheaper(OpKind::alltoallv, n, p) == 1; }
+
+  // A digest of all of the above. Ranks with different digests could run one op different ways,
+  // so the group's creation compares them (rendezvous).
+  uint64_t digest() const;
+  const std::vector<CostPoint>& points() const { return *points_; }
+
+ private:
+  std::shared_ptr<const std::vector<CostPoint>> points_;
+  int forced_[2] = {-1, -1};  // allreduce and reduce, alltoall(v): the way, or -1 for the cheaper
+};
 
 // Parses a tuning file: '#' comments, and one line per measured point,
 //   direct <allreduce|reduce|alltoall> <ranks> <bytes> <way 0 µs> <way 1 µs>

@@ -46,9 +46,9 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   s.add(static_cast<uint64_t>(c.op)).add(count).add(static_cast<uint64_t>(root + 1));
   if (small_fits(count * c.esize)) return allreduce_small(c, in, out, count, root, s.value());
   const size_t sb = slot_bytes(g);
-  // The ranks agree on the way by the same table (cost.h); if SHOAL_TUNING or SHOAL_DIRECT_REDUCE
-  // differ between them, the signature makes that a mismatch error rather than a wrong result.
-  const bool one_shot = n <= sb && direct_reduce_one_shot(root < 0 ? OpKind::allreduce : OpKind::reduce, n, p);
+  // The ranks agree on the way by the same table (cost.h, compared when the group formed); the
+  // signature would make a disagreement a mismatch error rather than a wrong result.
+  const bool one_shot = n <= sb && c.ways().reduce_one_shot(root < 0 ? OpKind::allreduce : OpKind::reduce, n, p);
   s.add(one_shot);
   begin(c, s.value());
   const bool writes_out = root < 0 || r == root;

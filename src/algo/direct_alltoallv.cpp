@@ -96,7 +96,7 @@ void alltoallv_direct(Ctx& c, const void* in, const std::vector<size_t>& send_co
     return small_done(c, s);
   }
   small_done(c, s);
-  if (direct_alltoall_pairwise(most, p)) return alltoallv_pairwise(c, in, send_counts, out, recv_counts);
+  if (c.ways().alltoall_pairwise(most, p)) return alltoallv_pairwise(c, in, send_counts, out, recv_counts);
 
   // out's blocks are written while in's are still copied in.
   const uint8_t* src = apart_from_out(c, in, sb.total(), out, rb.total());

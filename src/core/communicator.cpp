@@ -708,7 +708,7 @@ std::exception_ptr Communicator::Impl::run_collective(const char* what, OpDesc& 
     enter_call(call_of(d));
     engine->begin_op(what, opts.timeout);
     const ReduceOp kernel_op = d.op == ReduceOp::avg ? ReduceOp::sum : d.op;  // avg: run_op scales
-    Ctx ctx(*engine, shm.get(), scratch, rank, size, d.dt, kernel_op, what, d.sig, topo.topo, &topo.hosts);
+    Ctx ctx(*engine, shm.get(), scratch, rank, size, d.dt, kernel_op, what, d.sig, topo.topo, &topo.hosts, topo.ways);
     run_op(ctx, d);
     return nullptr;
   } catch (const InvalidArgument&) {

@@ -223,7 +223,8 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   // different costs or settings could run one op different ways. Reading them here also fails
   // the group's creation on a value that cannot be used (SHOAL_TUNING, SHOAL_DIRECT_*), not an op.
   const std::string me = host_identity(), my_network = network_identity();
-  const std::string my_tuning = std::to_string(algo::tuning_digest());
+  topo.ways = algo::Ways::current();
+  const std::string my_tuning = std::to_string(topo.ways.digest());
   auto ids = all_gather(store, "hostid", rank, size, me + "|" + my_network + "|" + my_tuning, deadline);
   std::vector<std::string> host_ids(size);
   bool peer_elsewhere = false;

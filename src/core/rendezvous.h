@@ -8,6 +8,7 @@
 
 #include "algo/algorithms.h"
 #include "algo/context.h"
+#include "algo/cost.h"
 #include "engine/engine.h"
 #include "shoal/communicator.h"
 #include "transport/shm_segment.h"
@@ -21,6 +22,7 @@ struct Topology {
   bool single_copy = false;             // shm_all, and every rank may read every other's memory (CMA)
   Topo topo = Topo::hosts;              // for the automatic choice of algorithm
   HostMap hosts;                        // which host each rank is on
+  algo::Ways ways;                      // what the automatic choices on one host read, as the group formed
 };
 
 // What a rank's shared-memory segment holds in a group with `local_ranks` ranks on its host, under
