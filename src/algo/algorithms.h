@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "algo/context.h"
-#include "shoal/communicator.h"
+#include "shoal/algo.h"
 
 namespace shoal {
 

@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "algo/direct_common.h"
+#include "base/cpu_relax.h"
 #include "reduce/copy.h"
 #include "reduce/reduce.h"
 #include "engine/engine.h"
 #include "shoal/error.h"
-#include "transport/futex.h"
 
 namespace shoal::algo::direct {
 namespace {

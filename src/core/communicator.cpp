@@ -484,7 +484,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
     if (store_lost->load()) return std::vector<std::string>(peers.size());
     return published_by(prefixed, "call/", peers, std::chrono::duration_cast<Millis>(kAbortPublishWait));
   };
-  if (m.topo.shm_all) m.shm = std::make_unique<ShmGroupImpl>(*m.engine, m.topo.segs, m.topo.single_copy, m.opts.timeout);
+  if (m.topo.shm_all) m.shm = std::make_unique<ShmGroupImpl>(*m.engine, m.engine->rank, m.topo.segs, m.topo.single_copy, m.opts.timeout);
   m.thread = std::thread([this] { impl_->loop(); });
 }
 
@@ -834,7 +834,8 @@ void Communicator::Impl::progress_p2p(const std::function<bool()>& until) {
     }
     engine->begin_op(first->req.what, first->deadline);
     engine->set_call(first->call);
-    engine->wait_until([&] { return match_any_source() || until() || incomplete() != left; }, peers);
+    auto news = [&] { return match_any_source() || until() || incomplete() != left; };
+    engine->wait_for(news, peers);
   }
 }
 

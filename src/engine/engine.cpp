@@ -11,6 +11,7 @@
 #include <cstring>
 #include <thread>
 
+#include "base/cpu_relax.h"
 #include "base/log.h"
 #include "base/params.h"
 #include "shoal/error.h"
@@ -24,7 +25,7 @@ constexpr auto kPeerCheckEvery = std::chrono::milliseconds(50);
 constexpr unsigned kPollsPerClockRead = 8;
 constexpr auto kMaxSleep = std::chrono::milliseconds(20);
 // How long after raising its `sleeping` flag a waiter sleeps at most: a peer that published its
-// news just as the flag went up may have read it down and not rung (ring() has no fence), and
+// news just as the flag went up may have read it down and not rung (ShmControl::ring() has no fence), and
 // that news is visible well within this.
 constexpr auto kRaiseWindow = std::chrono::microseconds(100);
 // A wait with at least this many bytes still to move over TCP, all one way, skips the yield
@@ -218,21 +219,6 @@ void Engine::fail_peer(int peer, const std::string& what) {
 void Engine::close_links() noexcept {
   for (auto& l : links_)
     if (l) l->close();
-}
-
-void Engine::ring(ShmControl* c) {
-  // The owner raises `sleeping` and fences before its last look at what it waits for (sleep()).
-  // No fence here: it would hold the caller until its news reached the owner's cache (a round trip
-  // between cores, the quarter of a 2-rank broadcast's time that its root spent here). Without it
-  // this load may pass the caller's news stores and read the flag down just as it goes up, while
-  // the owner's last look misses the news still on its way; so the owner's first sleep after
-  // raising the flag lasts at most kRaiseWindow, after which the news is there. A flag up for
-  // longer is seen by this load, and the doorbell's bump below (a locked instruction) makes the
-  // news visible before the owner wakes. An owner that is awake is not rung: a bump of its
-  // doorbell would pull the line it polls away from its core for nothing.
-  if (!c->sleeping.load(std::memory_order_relaxed)) return;
-  c->doorbell.fetch_add(1, std::memory_order_seq_cst);
-  futex_wake_all(&c->doorbell);
 }
 
 void Engine::wake() {
@@ -460,7 +446,7 @@ void Engine::abort(const std::string& reason) noexcept {
   }
   if (self_)
     for (auto* c : peer_ctl_)
-      if (c && c != self_) ring(c);
+      if (c && c != self_) c->ring();
   wake();
 }
 

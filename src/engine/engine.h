@@ -14,13 +14,14 @@
 
 #include "base/call.h"
 #include "transport/link.h"
+#include "transport/waiter.h"
 
 namespace shoal {
 
 struct ShmControl;
 using Clock = std::chrono::steady_clock;
 
-class Engine {
+class Engine final : public Waiter {
  public:
   Engine(int rank, int size, std::string group);
   ~Engine();
@@ -46,15 +47,15 @@ class Engine {
   // Progress until every request in [reqs, reqs+n) completes. Throws PeerError or Timeout; on
   // either the engine is aborted first (every peer is told).
   void wait(Request* const* reqs, size_t n);
-  // Wait until `done()` holds, progressing links meanwhile (used by the shm barrier, whose
-  // progress is in shared memory rather than in links). `waiting_for` names peers for errors.
-  template <class F>
-  void wait_until(F done, const std::vector<int>& waiting_for);
+  // Wait until `done()` holds, progressing links meanwhile (the shm barrier's progress is in
+  // shared memory rather than in links: it waits through Waiter). `waiting_for` names peers for
+  // errors.
+  void wait_until(bool (*done)(void*), void* arg, const std::vector<int>& waiting_for) override {
+    wait_loop(waiting_for, done, arg);
+  }
   // One progress pass over every busy link; true if anything moved. Throws like wait().
   bool poll();
   void wake();  // from any thread: interrupt sleep()
-  // Rings a same-host peer's doorbell (after writing into its ring or freeing space in ours).
-  static void ring(ShmControl* c);
 
   // Fails the communicator: every later wait throws PeerError(reason); peers are told.
   void abort(const std::string& reason) noexcept;
@@ -68,10 +69,10 @@ class Engine {
   // Throws PeerError if a same-host peer's process has exited or aborted.
   void check_peers();
   // Whether same-host peer r's process has exited (its pidfd is readable); false for others.
-  bool exited(int r) const;
+  bool exited(int r) const override;
   // Fails the op because of `peer` (aborting this rank, closing links): the message leads to
   // the reason the peer published, if any.
-  [[noreturn]] void fail_peer(int peer, const std::string& what);
+  [[noreturn]] void fail_peer(int peer, const std::string& what) override;
 
   // The call this rank runs now (the communicator's description of it), kept where same-host
   // peers read it (the control block, if this rank has one); and a same-host peer's (seq 0 if r
@@ -150,10 +151,5 @@ class Engine {
   mutable std::mutex reason_mu_;
   std::string reason_;
 };
-
-template <class F>
-void Engine::wait_until(F done, const std::vector<int>& waiting_for) {
-  wait_loop(waiting_for, [](void* f) { return (*static_cast<F*>(f))(); }, &done);
-}
 
 }  // namespace shoal

@@ -10,6 +10,4 @@ namespace shoal {
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::microseconds timeout);
 void futex_wake_all(std::atomic<uint32_t>* word);
 
-inline void cpu_relax() { __builtin_ia32_pause(); }
-
 }  // namespace shoal

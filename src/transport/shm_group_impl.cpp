@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/cpu_relax.h"
 #include "base/log.h"
 #include "shoal/error.h"
 #include "transport/cma.h"
@@ -22,26 +23,27 @@ constexpr int kQuickPolls = 16;
 constexpr size_t kTransferPiece = size_t(1) << 20;
 }  // namespace
 
-ShmGroupImpl::ShmGroupImpl(Engine& engine, const std::vector<ShmSegment>& segs, bool single_copy,
+ShmGroupImpl::ShmGroupImpl(Waiter& waiter, int rank, const std::vector<ShmSegment>& segs, bool single_copy,
                            std::chrono::milliseconds timeout)
-    : engine_(engine),
-      scratch_bytes_(segs[engine.rank].control()->scratch_bytes),
+    : waiter_(waiter),
+      rank_(rank),
+      scratch_bytes_(segs[rank].control()->scratch_bytes),
       single_copy_(single_copy),
-      cores_(segs[engine.rank].control()->cores),
+      cores_(segs[rank].control()->cores),
       timeout_(timeout) {
-  for (int r = 0; r < engine.size; ++r) {
+  for (int r = 0; r < static_cast<int>(segs.size()); ++r) {
     ctl_.push_back(segs[r].control());
     cores_ = std::min(cores_, std::max(1, static_cast<int>(ctl_.back()->cores)));
     scratch_.push_back(segs[r].scratch());
-    if (r != engine.rank) others_.push_back(r);
+    if (r != rank) others_.push_back(r);
   }
-  seq_ = ctl_[engine.rank]->barrier_seq.load();
+  seq_ = ctl_[rank]->barrier_seq.load();
 }
 
 void ShmGroupImpl::barrier() {
   ++seq_;
-  ctl_[engine_.rank]->barrier_seq.store(seq_, std::memory_order_seq_cst);
-  for (int r : others_) Engine::ring(ctl_[r]);
+  ctl_[rank_]->barrier_seq.store(seq_, std::memory_order_seq_cst);
+  for (int r : others_) ctl_[r]->ring();
   auto arrived = [&] {
     for (int r : others_)
       if (ctl_[r]->barrier_seq.load(std::memory_order_acquire) < seq_) return false;
@@ -54,21 +56,21 @@ void ShmGroupImpl::barrier() {
     std::vector<int> late;
     for (int r : others_)
       if (ctl_[r]->barrier_seq.load(std::memory_order_acquire) < seq_) late.push_back(r);
-    engine_.wait_until(arrived, late);
+    waiter_.wait_for(arrived, late);
   }
   // A peer that arrived and then failed (its op timed out, or abort() was called) has aborted
   // the group: its arrival must not let this rank complete the op as if nothing happened.
   for (int r : others_)
     if (ctl_[r]->state_of() == PeerState::aborted)
-      engine_.fail_peer(r, ctl_[r]->aborted_message(r));
+      waiter_.fail_peer(r, ctl_[r]->aborted_message(r));
 }
 
 void ShmGroupImpl::wait(bool (*done)(void*), void* arg, int peer) {
-  engine_.wait_until([&] { return done(arg); }, peer >= 0 ? std::vector<int>{peer} : others_);
+  waiter_.wait_until(done, arg, peer >= 0 ? std::vector<int>{peer} : others_);
 }
 
 void ShmGroupImpl::ring_peers() {
-  for (int r : others_) Engine::ring(ctl_[r]);
+  for (int r : others_) ctl_[r]->ring();
 }
 
 void ShmGroupImpl::read(int r, const void* remote, void* local, size_t n) {
@@ -80,7 +82,7 @@ void ShmGroupImpl::write(int r, const void* local, void* remote, size_t n) {
 }
 
 void ShmGroupImpl::transfer(int r, bool to_peer, uint8_t* local, uint8_t* remote, size_t n) {
-  std::atomic<uint32_t>& writing = ctl_[engine_.rank]->writing_to;
+  std::atomic<uint32_t>& writing = ctl_[rank_]->writing_to;
   for (size_t off = 0; off < n; off += kTransferPiece) {
     // The peer keeps its memory until this rank's next barrier unless it failed its op: then it
     // names why. A write announces itself (writing_to) before that look, and the peer sets its
@@ -91,15 +93,15 @@ void ShmGroupImpl::transfer(int r, bool to_peer, uint8_t* local, uint8_t* remote
     if (to_peer) writing.store(static_cast<uint32_t>(r) + 1, std::memory_order_seq_cst);
     if (ctl_[r]->state_of(std::memory_order_seq_cst) != PeerState::alive) {
       writing.store(0, std::memory_order_release);
-      engine_.fail_peer(r, ctl_[r]->aborted_message(r));
+      waiter_.fail_peer(r, ctl_[r]->aborted_message(r));
     }
     const size_t len = std::min(kTransferPiece, n - off);
     const int e = to_peer ? cma::write(ctl_[r]->pid, local + off, remote + off, len)
                           : cma::read(ctl_[r]->pid, remote + off, local + off, len);
     if (to_peer) writing.store(0, std::memory_order_release);
     if (e == 0) continue;
-    if (ctl_[r]->state_of() != PeerState::alive) engine_.fail_peer(r, ctl_[r]->aborted_message(r));
-    engine_.fail_peer(r, std::string("single-copy ") + (to_peer ? "write" : "read") + " of " + std::to_string(n) +
+    if (ctl_[r]->state_of() != PeerState::alive) waiter_.fail_peer(r, ctl_[r]->aborted_message(r));
+    waiter_.fail_peer(r, std::string("single-copy ") + (to_peer ? "write" : "read") + " of " + std::to_string(n) +
                              " bytes with rank " + std::to_string(r) + " failed: " + std::strerror(e) +
                              (e == ESRCH ? " (the process is gone)" : ""));
   }
@@ -107,17 +109,17 @@ void ShmGroupImpl::transfer(int r, bool to_peer, uint8_t* local, uint8_t* remote
 
 void ShmGroupImpl::quiesce_writes() {
   if (!single_copy_) return;
-  const uint32_t me = static_cast<uint32_t>(engine_.rank) + 1;
+  const uint32_t me = static_cast<uint32_t>(rank_) + 1;
   // A piece is at most kTransferPiece bytes (well under a millisecond), but a writer may be
   // stopped or starved of a core for long: only its exit ends the wait early, as a piece landing
   // after the caller got its buffer back would corrupt memory. The group's timeout bounds a
   // writer that hangs.
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   for (int r : others_) {
-    while (ctl_[r]->writing_to.load(std::memory_order_seq_cst) == me && !engine_.exited(r)) {
+    while (ctl_[r]->writing_to.load(std::memory_order_seq_cst) == me && !waiter_.exited(r)) {
       if (std::chrono::steady_clock::now() >= deadline) {
-        SHOAL_LOG(warn, "rank %d still writes into rank %d's buffer %.0f s after rank %d's op failed", r, engine_.rank,
-                  std::chrono::duration<double>(timeout_).count(), engine_.rank);
+        SHOAL_LOG(warn, "rank %d still writes into rank %d's buffer %.0f s after rank %d's op failed", r, rank_,
+                  std::chrono::duration<double>(timeout_).count(), rank_);
         return;
       }
       sched_yield();

@@ -1,12 +1,12 @@
-// ShmGroup over the segments mapped at rendezvous; its barrier waits through the engine, so a
-// dead or aborted peer and the op's deadline end the wait.
+// ShmGroup over the segments mapped at rendezvous; its barrier waits through the engine (a
+// Waiter), so a dead or aborted peer and the op's deadline end the wait.
 #pragma once
 #include <chrono>
 #include <vector>
 
-#include "engine/engine.h"
 #include "transport/shm_group.h"
 #include "transport/shm_segment.h"
+#include "transport/waiter.h"
 
 namespace shoal {
 
@@ -15,9 +15,10 @@ class ShmGroupImpl : public ShmGroup {
   // segs[r] is rank r's segment mapped here (segs[rank] is this rank's own); single_copy: the
   // group's probe found that every rank may read every other's memory; timeout: the group's, the
   // longest quiesce_writes() waits for a writer that is alive.
-  ShmGroupImpl(Engine& engine, const std::vector<ShmSegment>& segs, bool single_copy, std::chrono::milliseconds timeout);
-  int rank() const override { return engine_.rank; }
-  int size() const override { return engine_.size; }
+  ShmGroupImpl(Waiter& waiter, int rank, const std::vector<ShmSegment>& segs, bool single_copy,
+               std::chrono::milliseconds timeout);
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(ctl_.size()); }
   uint8_t* scratch(int r) override { return scratch_[r]; }
   size_t scratch_bytes() const override { return scratch_bytes_; }
   void barrier() override;
@@ -30,7 +31,8 @@ class ShmGroupImpl : public ShmGroup {
   void quiesce_writes() override;
 
  private:
-  Engine& engine_;
+  Waiter& waiter_;
+  int rank_;
   std::vector<ShmControl*> ctl_;
   std::vector<uint8_t*> scratch_;
   std::vector<int> others_;

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "engine/engine.h"
+#include "base/call.h"
 #include "shoal/error.h"
 
 namespace shoal {
@@ -106,7 +106,7 @@ bool ShmLink::progress_send() {
       space -= n;
       r->done += n;
       out_->head.store(out_head_, std::memory_order_release);
-      Engine::ring(peer_ctl_);
+      peer_ctl_->ring();
       moved = true;
     }
     out_->head.store(out_head_, std::memory_order_release);
@@ -114,7 +114,7 @@ bool ShmLink::progress_send() {
     r->complete = true;
     sends_.pop_front();
   }
-  if (moved) Engine::ring(peer_ctl_);
+  if (moved) peer_ctl_->ring();
   return moved;
 }
 
@@ -150,7 +150,7 @@ bool ShmLink::progress_recv() {
       avail -= n;
       r->done += n;
       in_->tail.store(in_tail_, std::memory_order_release);
-      Engine::ring(peer_ctl_);
+      peer_ctl_->ring();
       moved = true;
     }
     in_->tail.store(in_tail_, std::memory_order_release);
@@ -161,7 +161,7 @@ bool ShmLink::progress_recv() {
     r->complete = true;
     recvs_.pop_front();
   }
-  if (moved) Engine::ring(peer_ctl_);
+  if (moved) peer_ctl_->ring();
   return moved;
 }
 

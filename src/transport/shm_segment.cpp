@@ -17,6 +17,7 @@
 
 #include "base/log.h"
 #include "shoal/error.h"
+#include "transport/futex.h"
 
 namespace shoal {
 namespace {
@@ -186,6 +187,20 @@ void ShmSegment::remove_stale_segments() {
     if (shm_unlink(name.c_str()) == 0) SHOAL_LOG(info, "removed stale shared segment %s", name.c_str());
   }
   closedir(d);
+}
+
+// The owner raises `sleeping` and fences before its last look at what it waits for (Engine::sleep).
+// ring() has no fence: it would hold the caller until its news reached the owner's cache (a round
+// trip between cores, the quarter of a 2-rank broadcast's time that its root spent there). Without
+// it ring()'s load may pass the caller's news stores and read the flag down just as it goes up,
+// while the owner's last look misses the news still on its way; so the owner's first sleep after
+// raising the flag lasts at most the engine's kRaiseWindow, after which the news is there. A flag
+// up for longer is seen by that load, and the doorbell's bump here (a locked instruction) makes the
+// news visible before the owner wakes. An owner that is awake is not rung: a bump of its doorbell
+// would pull the line it polls away from its core for nothing.
+void ShmControl::wake_owner() {
+  doorbell.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(&doorbell);
 }
 
 }  // namespace shoal

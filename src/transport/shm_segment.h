@@ -58,6 +58,12 @@ struct alignas(64) ShmControl {
   PeerState state_of(std::memory_order order = std::memory_order_acquire) const {
     return static_cast<PeerState>(state.load(order));
   }
+  // By anyone with news for the owner (after writing into its ring, or freeing space in one it
+  // writes): wakes the owner if it sleeps. An owner that is awake is not rung (shm_segment.cpp).
+  void ring() {
+    if (sleeping.load(std::memory_order_relaxed)) wake_owner();
+  }
+  void wake_owner();
 };
 
 struct alignas(64) ShmRing {  // single producer (the peer), single consumer (the owner)
