@@ -305,7 +305,9 @@ TEST(DirectAlltoallv, CountsThatDoNotMatchPairByPairFail) {
 
 // The direct alltoallv with the default scratch, both ways above the small slots, against blocks
 // computed here: uneven blocks (zero, one element, several phases' worth), so the number of
-// phases is odd in some calls and even in others, in place in every other call.
+// phases is odd in some calls and even in others, in place in every other call; and so that in
+// some calls every rank's blocks go with its table, in others to its data slot, in others some
+// ranks' one way and the others' the other, and in others some only before the pipeline runs.
 using AlltoallvParam = std::tuple<int, std::string>;  // world size, SHOAL_DIRECT_ALLTOALL
 class DirectAlltoallvSizes : public ::testing::TestWithParam<AlltoallvParam> {};
 
@@ -315,11 +317,11 @@ TEST_P(DirectAlltoallvSizes, UnevenBlocksInPlaceAndNot) {
   cfg.env.push_back({"SHOAL_DIRECT_ALLTOALL", way});
   run_ranks(n, cfg, [](Communicator& c) {
     const int p = c.size(), me = c.rank();
-    const size_t units[] = {1, 13, 1000, 70001, 150001, 450001};
+    const size_t units[] = {1, 13, 1000, 9000, 70001, 150001, 450001};
     auto val = [](int from, int to, size_t i, int t) { return static_cast<float>((from * 31 + to * 7 + t) % 101 + static_cast<int>(i % 13)); };
     std::vector<float> in, out;
-    for (int t = 0; t < 12; ++t) {
-      const size_t unit = units[t % 6];
+    for (int t = 0; t < 14; ++t) {
+      const size_t unit = units[t % 7];
       auto len = [&](int from, int to) { return static_cast<size_t>((from * 3 + to * 5 + t) % 4) * unit / 2; };
       std::vector<size_t> sc(p), rc(p);
       size_t st = 0, rt = 0;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -24,8 +25,9 @@ const char* const kBuiltIn =
 #include "algo/cost_points.inc"
     ;
 
-// The ops with two ways.
-constexpr OpKind kOps[] = {OpKind::allreduce, OpKind::reduce, OpKind::alltoallv};
+// The ops with two ways, by Choice.
+constexpr const char* kChoiceNames[] = {"allreduce", "reduce", "alltoall", "alltoallv"};
+constexpr Choice kChoices[] = {Choice::allreduce, Choice::reduce, Choice::alltoall, Choice::alltoallv};
 
 // SHOAL_TUNING's points, with the built-in ones for the ops the file has none of.
 std::vector<CostPoint> load(const std::optional<std::string>& path) {
@@ -36,7 +38,7 @@ std::vector<CostPoint> load(const std::optional<std::string>& path) {
   std::stringstream s;
   s << f.rdbuf();
   std::vector<CostPoint> points = parse_tuning(s.str(), "SHOAL_TUNING='" + *path + "'");
-  for (OpKind op : kOps)
+  for (Choice op : kChoices)
     if (std::none_of(points.begin(), points.end(), [&](const CostPoint& q) { return q.op == op; }))
       for (const CostPoint& q : built_in)
         if (q.op == op) points.push_back(q);
@@ -53,28 +55,37 @@ double on_segments(const std::vector<size_t>& xs, const std::vector<double>& ys,
   return ys[i - 1] + (ys[i] - ys[i - 1]) * f;
 }
 
-double at_ranks(const std::vector<CostPoint>& points, OpKind op, int ranks, size_t n, int way) {
+double at_ranks(const std::vector<CostPoint>& points, Choice op, int ranks, size_t n, int way, bool second) {
   std::vector<const CostPoint*> pts;
   for (const auto& q : points)
     if (q.op == op && q.ranks == ranks) pts.push_back(&q);
   std::sort(pts.begin(), pts.end(), [](auto* a, auto* b) { return a->bytes < b->bytes; });
   std::vector<size_t> xs;
   std::vector<double> ys;
-  for (const auto* q : pts) xs.push_back(q->bytes), ys.push_back(q->us[way]);
+  for (const auto* q : pts) xs.push_back(q->bytes), ys.push_back(second ? q->us2[way] : q->us[way]);
   return on_segments(xs, ys, n);
 }
 
-// Both ways' costs for one op and group size at every measured message size, ascending: the
-// choice per op is then a short search, with no allocation.
+// Both ways' costs, from both pairs of times, for one op and group size at every measured message
+// size, ascending: the choice per op is then a short search, with no allocation.
 struct Curves {
   int ranks = 0;  // 0: not computed
   std::vector<size_t> bytes;
-  std::vector<double> us[2];
+  std::vector<double> us[2][2];  // by pair (us, us2), then way
 
-  int cheaper(size_t n) const { return on_segments(bytes, us[0], n) <= on_segments(bytes, us[1], n) ? 0 : 1; }
+  // The way whose time over the faster way's is least in the worse pair (with one pair: the
+  // faster way; ties go to way 0).
+  int cheaper(size_t n) const {
+    double worst[2] = {0, 0};
+    for (const auto& pair : us) {
+      const double t[2] = {on_segments(bytes, pair[0], n), on_segments(bytes, pair[1], n)};
+      for (int way : {0, 1}) worst[way] = std::max(worst[way], t[way] / std::max(std::min(t[0], t[1]), 1e-9));
+    }
+    return worst[0] <= worst[1] ? 0 : 1;
+  }
 };
 
-Curves curves_for(const std::vector<CostPoint>& points, OpKind op, int p) {
+Curves curves_for(const std::vector<CostPoint>& points, Choice op, int p) {
   Curves c;
   c.ranks = p;
   for (const auto& q : points)
@@ -82,19 +93,16 @@ Curves curves_for(const std::vector<CostPoint>& points, OpKind op, int p) {
   std::sort(c.bytes.begin(), c.bytes.end());
   c.bytes.erase(std::unique(c.bytes.begin(), c.bytes.end()), c.bytes.end());
   for (size_t n : c.bytes)
-    for (int way : {0, 1}) c.us[way].push_back(way_us(points, op, p, n, way));
+    for (int second : {0, 1})
+      for (int way : {0, 1}) c.us[second][way].push_back(way_us(points, op, p, n, way, second));
   return c;
 }
 
-[[noreturn]] void no_costs(OpKind op) { throw Error(std::string("no measured costs for the direct ") + op_kind_name(op)); }
-
-int op_index(OpKind op) {
-  for (size_t i = 0; i < std::size(kOps); ++i)
-    if (kOps[i] == op) return static_cast<int>(i);
-  no_costs(op);
-}
+[[noreturn]] void no_costs(Choice op) { throw Error(std::string("no measured costs for the direct ") + choice_name(op)); }
 
 }  // namespace
+
+const char* choice_name(Choice c) { return kChoiceNames[static_cast<int>(c)]; }
 
 std::shared_ptr<const std::vector<CostPoint>> cost_points() {
   // Read again only when SHOAL_TUNING names another file (tests set it per group).
@@ -110,7 +118,7 @@ std::shared_ptr<const std::vector<CostPoint>> cost_points() {
   return points;
 }
 
-double way_us(const std::vector<CostPoint>& points, OpKind op, int p, size_t n, int way) {
+double way_us(const std::vector<CostPoint>& points, Choice op, int p, size_t n, int way, bool second) {
   int below = 0, above = 0;  // the nearest measured group sizes ≤ p and ≥ p
   for (const auto& q : points) {
     if (q.op != op) continue;
@@ -119,15 +127,15 @@ double way_us(const std::vector<CostPoint>& points, OpKind op, int p, size_t n, 
   }
   if (!below && !above) no_costs(op);
   if (below && above) {
-    const double lo = at_ranks(points, op, below, n, way);
+    const double lo = at_ranks(points, op, below, n, way, second);
     if (above == below) return lo;
-    const double hi = at_ranks(points, op, above, n, way);
+    const double hi = at_ranks(points, op, above, n, way, second);
     return lo + (hi - lo) * (p - below) / (above - below);
   }
   const int r = below ? below : above;
-  const bool one_shot = op != OpKind::alltoallv && way == 0;
+  const bool one_shot = (op == Choice::allreduce || op == Choice::reduce) && way == 0;
   const double scale = one_shot ? (double(p) + 2) * p / ((double(r) + 2) * r) : double(p) / r;
-  return at_ranks(points, op, r, n, way) * scale;
+  return at_ranks(points, op, r, n, way, second) * scale;
 }
 
 Ways Ways::current() {
@@ -140,14 +148,14 @@ Ways Ways::current() {
   return w;
 }
 
-int Ways::cheaper(OpKind op, size_t n, int p) const {
-  const int i = op_index(op);
-  const int forced = forced_[i < 2 ? 0 : 1];
+int Ways::cheaper(Choice op, size_t n, int p) const {
+  const int i = static_cast<int>(op);
+  const int forced = forced_[op == Choice::allreduce || op == Choice::reduce ? 0 : 1];
   if (forced >= 0) return forced;
   // Per thread, the points last used and the curves of each op at the group size last asked for;
   // holding the points keeps their address from being reused by others.
   thread_local std::shared_ptr<const std::vector<CostPoint>> points;
-  thread_local Curves curves[std::size(kOps)];  // by op_index
+  thread_local Curves curves[std::size(kChoices)];  // by Choice
   if (points != points_) {
     points = points_;
     for (Curves& c : curves) c.ranks = 0;
@@ -162,7 +170,8 @@ uint64_t Ways::digest() const {
   d.add(points_->size());
   for (const auto& q : *points_)
     d.add(static_cast<uint64_t>(q.op)).add(static_cast<uint64_t>(q.ranks)).add(q.bytes)
-        .add(std::bit_cast<uint64_t>(q.us[0])).add(std::bit_cast<uint64_t>(q.us[1]));
+        .add(std::bit_cast<uint64_t>(q.us[0])).add(std::bit_cast<uint64_t>(q.us[1]))
+        .add(std::bit_cast<uint64_t>(q.us2[0])).add(std::bit_cast<uint64_t>(q.us2[1]));
   for (int f : forced_) d.add(static_cast<uint64_t>(f + 1));
   return d.value();
 }
@@ -181,15 +190,25 @@ std::vector<CostPoint> parse_tuning(const std::string& text, const std::string& 
     if (kind != "direct") bad("expected 'direct', the only kind of line a tuning file has");
     CostPoint q;
     w >> op;
-    const auto* named = std::find_if(std::begin(kOps), std::end(kOps), [&](OpKind k) { return op == op_kind_name(k); });
-    if (named == std::end(kOps)) bad("expected the op 'allreduce', 'reduce' or 'alltoall' after 'direct'");
+    const auto* named = std::find_if(std::begin(kChoices), std::end(kChoices), [&](Choice k) { return op == choice_name(k); });
+    if (named == std::end(kChoices)) bad("expected the op 'allreduce', 'reduce', 'alltoall' or 'alltoallv' after 'direct'");
     q.op = *named;
     if (!(w >> q.ranks >> q.bytes >> q.us[0] >> q.us[1])) bad("expected: direct OP RANKS BYTES WAY0_US WAY1_US");
-    std::string extra;
-    if (w >> extra) bad("unexpected '" + extra + "' after the six fields");
+    q.us2[0] = q.us[0], q.us2[1] = q.us[1];
+    const std::vector<std::string> rest{std::istream_iterator<std::string>(w), {}};
+    if (rest.size() == 2) {  // the second pair
+      for (int way : {0, 1}) {
+        char* end = nullptr;
+        q.us2[way] = std::strtod(rest[way].c_str(), &end);
+        if (*end) bad("expected a time, not '" + rest[way] + "'");
+      }
+    } else if (!rest.empty()) {
+      bad("unexpected '" + rest[0] + "' after the six fields (a point has two times, or four)");
+    }
     if (q.ranks < 2) bad("ranks must be at least 2");
     if (q.bytes == 0 || q.bytes > (size_t(1) << 40)) bad("bytes must be from 1 to 2^40");
-    if (!(q.us[0] >= 0 && q.us[1] >= 0) || std::isinf(q.us[0]) || std::isinf(q.us[1])) bad("times must be numbers, not negative");
+    for (double t : {q.us[0], q.us[1], q.us2[0], q.us2[1]})
+      if (!(t >= 0) || std::isinf(t)) bad("times must be numbers, not negative");
     for (const auto& r : out)
       if (r.op == q.op && r.ranks == q.ranks && r.bytes == q.bytes)
         bad("a second line for " + op + " at " + std::to_string(q.ranks) + " ranks and " + std::to_string(q.bytes) + " bytes");

@@ -9,30 +9,43 @@
 // - alltoall and alltoallv over shared memory (direct_alltoall.cpp, direct_alltoallv.cpp): way 0
 //   goes through the ranks' scratch slots (or by single copy), a barrier per phase; way 1 is the
 //   pairwise exchange over the shm rings, no barrier. Barriers among many ranks sharing few cores
-//   cost more than the rings' handshakes once blocks are large.
+//   cost more than the rings' handshakes once blocks are large. alltoallv has curves of its own:
+//   its round of count tables, which both ways pay, serves the slots as their first barrier.
 //
 // Where they cross depends on what a barrier costs (tens of µs once ranks outnumber cores), on how
 // fast a core reads what another just wrote, and on where the data leaves the caches, so it is
 // measured, not derived: `scripts/tune_algos.py --direct` times both ways at several group sizes
 // and message sizes and writes the medians to the file SHOAL_TUNING names. The built-in points
 // come from the same script on our 2-core machines (docs/algorithms.md, "Measured cost curves").
+//
+// A machine may switch between states for minutes at a time (on our VMs, a cache-line round trip
+// between the cores of ~120 or ~500 ns: BENCHMARKS.md, "Near and far cores"), and the faster way
+// may differ between them. A point then holds two pairs of times, each from one round of the tune
+// that ran both ways back to back: the round least favourable to way 0 and the one least
+// favourable to way 1. The choice is the way whose time over the faster way's is smallest in the
+// worse of the two: the way that holds in every stretch the tune saw.
 #pragma once
 #include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "algo/algorithms.h"
+#include <cstdint>
 
 namespace shoal::algo {
 
-// One measured point: both ways of `op` (allreduce, reduce or alltoallv, for alltoall) at `ranks`
-// ranks and `bytes` (allreduce, reduce: per rank; alltoall: all blocks of a rank).
+// The ops whose way on one host the measured costs choose; a tuning file names them so.
+enum class Choice : uint8_t { allreduce, reduce, alltoall, alltoallv };
+const char* choice_name(Choice c);
+
+// One measured point: both ways of `op` at `ranks` ranks and `bytes` (allreduce, reduce: per
+// rank; alltoall(v): all blocks of a rank).
 struct CostPoint {
-  OpKind op = OpKind::allreduce;
+  Choice op = Choice::allreduce;
   int ranks = 0;
   size_t bytes = 0;
-  double us[2] = {0, 0};  // way 0, way 1 (above)
+  double us[2] = {0, 0};   // way 0, way 1 (above)
+  double us2[2] = {0, 0};  // the second pair (above); us where there is one only
 };
 
 // The points in effect: SHOAL_TUNING's (with the built-in ones for an op it has none of), else
@@ -45,7 +58,8 @@ std::shared_ptr<const std::vector<CostPoint>> cost_points();
 // the largest: the last segment extended). Along p: interpolated between the nearest measured
 // group sizes, else scaled from the nearest by the way's structure (one shot moves (p+2)·p bytes
 // in all, the others ∝ p). Throws Error if `points` has none for `op`.
-double way_us(const std::vector<CostPoint>& points, OpKind op, int p, size_t n, int way);
+// `second`: from the second pair of times (us2).
+double way_us(const std::vector<CostPoint>& points, Choice op, int p, size_t n, int way, bool second = false);
 
 // What the choices read, taken once when a group forms: the points in effect and the ways
 // SHOAL_DIRECT_REDUCE and SHOAL_DIRECT_ALLTOALL force. Each communicator keeps its own (Ctx::ways),
@@ -55,14 +69,16 @@ class Ways {
   // From the settings now. Throws InvalidArgument for a SHOAL_TUNING file that cannot be used.
   static Ways current();
 
-  // The way `op` runs at n bytes and p ranks: the forced one, else the cheaper curve's.
-  int cheaper(OpKind op, size_t n, int p) const;
-  // Whether the direct allreduce (`op` allreduce) or reduce of n bytes per rank at p ranks runs in
-  // one shot. The caller checks that one shot fits.
-  bool reduce_one_shot(OpKind op, size_t n, int p) const { return cheaper(op, n, p) == 0; }
-  // Whether an alltoall(v) of n bytes (what a rank sends; alltoallv: the most any rank sends) at p
-  // ranks on one host takes the pairwise exchange over the rings rather than the scratch slots.
-  bool alltoall_pairwise(size_t n, int p) const { return cheaper(OpKind::alltoallv, n, p) == 1; }
+  // The way `op` runs at n bytes and p ranks: the forced one, else the cheaper curve's (with two
+  // pairs of times, the one that loses least in the worse).
+  int cheaper(Choice op, size_t n, int p) const;
+  // Whether the direct allreduce or reduce (`op`) of n bytes per rank at p ranks runs in one
+  // shot. The caller checks that one shot fits.
+  bool reduce_one_shot(Choice op, size_t n, int p) const { return cheaper(op, n, p) == 0; }
+  // Whether an alltoall or alltoallv (`op`) of n bytes (what a rank sends; alltoallv: the most any
+  // rank sends, or what this rank sends, where it guesses before the tables) at p ranks on one
+  // host takes the pairwise exchange over the rings rather than the scratch slots.
+  bool alltoall_pairwise(Choice op, size_t n, int p) const { return cheaper(op, n, p) == 1; }
 
   // A digest of all of the above. Ranks with different digests could run one op different ways,
   // so the group's creation compares them (rendezvous).
@@ -75,7 +91,8 @@ class Ways {
 };
 
 // Parses a tuning file: '#' comments, and one line per measured point,
-//   direct <allreduce|reduce|alltoall> <ranks> <bytes> <way 0 µs> <way 1 µs>
+//   direct <allreduce|reduce|alltoall|alltoallv> <ranks> <bytes> <way 0 µs> <way 1 µs> [<way 0 µs> <way 1 µs>]
+// the second pair from another round (above).
 // Throws InvalidArgument naming `where` and the line.
 std::vector<CostPoint> parse_tuning(const std::string& text, const std::string& where);
 

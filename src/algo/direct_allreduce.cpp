@@ -48,7 +48,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   const size_t sb = slot_bytes(g);
   // The ranks agree on the way by the same table (cost.h, compared when the group formed); the
   // signature would make a disagreement a mismatch error rather than a wrong result.
-  const bool one_shot = n <= sb && c.ways().reduce_one_shot(root < 0 ? OpKind::allreduce : OpKind::reduce, n, p);
+  const bool one_shot = n <= sb && c.ways().reduce_one_shot(root < 0 ? Choice::allreduce : Choice::reduce, n, p);
   s.add(one_shot);
   begin(c, s.value());
   const bool writes_out = root < 0 || r == root;

@@ -53,7 +53,7 @@ void alltoall_direct(Ctx& c, const void* in, void* out, size_t count) {
   // With many ranks a slot holds only small pieces of each block, and each phase costs a barrier
   // among them all: the pairwise exchange (p-1 steps, no barrier) is the better one there.
   // So it is too where the measured costs say the rings beat the slots (cost.h).
-  if (chunk_target(g, p) / static_cast<size_t>(p) < kMinPieceBytes || c.ways().alltoall_pairwise(all, p)) {
+  if (chunk_target(g, p) / static_cast<size_t>(p) < kMinPieceBytes || c.ways().alltoall_pairwise(Choice::alltoall, all, p)) {
     const std::vector<size_t> counts(p, count);
     return alltoallv_pairwise(c, in, counts, out, counts);
   }

@@ -24,7 +24,11 @@ void begin(Ctx& c, uint64_t sig) {
   const Small sm = small_begin(c, sig, 0);
   small_publish(c, sm);
   small_done(c, sm);
-  uint64_t* h = header(g, c.rank);
+  take_chunked_number(c, sig);
+}
+
+void take_chunked_number(Ctx& c, uint64_t sig) {
+  uint64_t* h = header(*c.shm(), c.rank);
   const uint64_t n = h[0] + 1;  // word 0 is private to this rank
   h[0] = n;
   Sig t;

@@ -87,6 +87,9 @@ class Sig {
 // into the own header, and takes its number among all direct ops (small_begin and small_publish
 // with no data, so that a peer in a small op at the same number sees the mismatch).
 void begin(Ctx& c, uint64_t sig);
+// begin()'s second half, for an op that took its number among all direct ops in a small round of
+// its own (alltoallv's tables): the chunked op's number and token.
+void take_chunked_number(Ctx& c, uint64_t sig);
 // After the op's first barrier: throws PeerError unless every rank published the same token.
 void check(Ctx& c);
 

@@ -21,7 +21,8 @@ constexpr OpEntry kOps[] = {
     {Op::reduce, "reduce"},       {Op::allgather, "allgather"},
     {Op::reduce_scatter, "reduce_scatter"}, {Op::gather, "gather"},
     {Op::scatter, "scatter"},     {Op::alltoall, "alltoall"},
-    {Op::sendrecv, "sendrecv"},   {Op::barrier, "barrier"},
+    {Op::alltoallv, "alltoallv"}, {Op::sendrecv, "sendrecv"},
+    {Op::barrier, "barrier"},
 };
 
 long long parse_int(const std::string& flag, const std::string& v) {
@@ -71,7 +72,7 @@ size_t parse_size(const std::string& s) {
 std::string usage() {
   return
       "usage: shoal-bench OP -n RANKS [-b MIN] [-e MAX] [-f FACTOR] [options]\n"
-      "  OP: allreduce broadcast reduce allgather reduce_scatter gather scatter alltoall sendrecv barrier\n"
+      "  OP: allreduce broadcast reduce allgather reduce_scatter gather scatter alltoall alltoallv sendrecv barrier\n"
       "  -n, --ranks N          number of ranks (processes) to start on this host\n"
       "  -b, --minbytes SIZE    smallest size (suffix K, M, G; default 4K)\n"
       "  -e, --maxbytes SIZE    largest size (default = MIN)\n"
@@ -215,6 +216,7 @@ double busbw_factor(Op op, int p) {
     case Op::allgather:
     case Op::reduce_scatter:
     case Op::alltoall:
+    case Op::alltoallv:
       return p > 0 ? static_cast<double>(p - 1) / p : 0;
     default:
       return 1.0;
@@ -258,6 +260,7 @@ Spec make_spec(Op op, DType dt, ReduceOp rop, int p, int rank, size_t size_bytes
       s.count = s.block * p;
       break;
     case Op::alltoall:
+    case Op::alltoallv:
       s.block = size_bytes / (s.esize * p);
       s.in_elems = s.out_elems = s.block * p;
       s.count = s.block * p;

@@ -21,8 +21,9 @@
 namespace shoal::bench {
 
 enum class Op : uint8_t {
-  allreduce, broadcast, reduce, allgather, reduce_scatter, gather, scatter, alltoall, sendrecv, barrier
+  allreduce, broadcast, reduce, allgather, reduce_scatter, gather, scatter, alltoall, alltoallv, sendrecv, barrier
 };
+// alltoallv: alltoall's equal blocks through the call with a count per rank (torch's all_to_all_single).
 const char* op_name(Op op);
 std::optional<Op> parse_op(const std::string& s);
 

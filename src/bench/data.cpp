@@ -160,7 +160,8 @@ struct Expected {
       case Op::allgather: buf = b.out.data(), n = blk * s.p; break;
       case Op::gather: if (root) buf = b.out.data(), n = blk * s.p; break;
       case Op::scatter:
-      case Op::alltoall: buf = b.out.data(), n = s.out_elems; break;
+      case Op::alltoall:
+      case Op::alltoallv: buf = b.out.data(), n = s.out_elems; break;
       case Op::sendrecv: if (s.rank == 1) buf = b.out.data(), n = blk; break;
       case Op::barrier: break;
     }
@@ -178,7 +179,8 @@ struct Expected {
       case Op::allgather:
       case Op::gather: r = static_cast<int>(i / blk), j = i % blk; break;
       case Op::scatter: j = static_cast<size_t>(s.rank) * blk + i; break;
-      case Op::alltoall: r = static_cast<int>(i / blk), j = static_cast<size_t>(s.rank) * blk + i % blk; break;
+      case Op::alltoall:
+      case Op::alltoallv: r = static_cast<int>(i / blk), j = static_cast<size_t>(s.rank) * blk + i % blk; break;
       default: break;  // broadcast, sendrecv: from rank 0, same index
     }
     return static_cast<double>(value(pat, boolean, s.p, r, j));

@@ -11,6 +11,7 @@
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/config.h>
@@ -245,6 +246,15 @@ class GlooRunner final : public Runner {
         gloo::alltoall(o);
         break;
       }
+      case Op::alltoallv: {
+        gloo::AlltoallvOptions o(ctx_);
+        const std::vector<int64_t> counts(p, static_cast<int64_t>(c));
+        o.setInput(in, counts);
+        o.setOutput(out, counts);
+        o.setTimeout(timeout_);
+        gloo::alltoallv(o);
+        break;
+      }
       case Op::sendrecv: {
         if (s.rank == 0) {
           auto ub = ctx_->createUnboundBuffer(in, c * sizeof(T));
@@ -294,6 +304,7 @@ std::string gloo_description(Op op, const Runner* gloo) {
     case Op::gather: algo = "gloo::gather, root 0"; break;
     case Op::scatter: algo = "gloo::scatter, root 0"; break;
     case Op::alltoall: algo = "gloo::alltoall"; break;
+    case Op::alltoallv: algo = "gloo::alltoallv, equal counts"; break;
     case Op::sendrecv: algo = "UnboundBuffer send/recv, rank 0 -> rank 1"; break;
     case Op::barrier: algo = "gloo::barrier"; break;
   }

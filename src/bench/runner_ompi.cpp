@@ -102,6 +102,14 @@ class OmpiRunner final : public Runner {
       case Op::alltoall:
         ok(MPI_Alltoall(in, c, mpi_type(s.dt), out, c, mpi_type(s.dt), w), "MPI_Alltoall");
         break;
+      case Op::alltoallv:
+        counts_.assign(s.p, c);
+        displs_.resize(s.p);
+        for (int r = 0; r < s.p; ++r) displs_[r] = r * c;
+        ok(MPI_Alltoallv(in, counts_.data(), displs_.data(), mpi_type(s.dt), out, counts_.data(), displs_.data(),
+                         mpi_type(s.dt), w),
+           "MPI_Alltoallv");
+        break;
       case Op::sendrecv:
         if (s.rank == 0) ok(MPI_Send(in, c, mpi_type(s.dt), 1, 0, w), "MPI_Send");
         else if (s.rank == 1) ok(MPI_Recv(out, c, mpi_type(s.dt), 0, 0, w, MPI_STATUS_IGNORE), "MPI_Recv");
@@ -115,6 +123,7 @@ class OmpiRunner final : public Runner {
   void barrier() override { ok(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 
  private:
+  std::vector<int> counts_, displs_;  // alltoallv's, kept across calls
   static int count(size_t n) {
     if (n > static_cast<size_t>(INT32_MAX)) throw std::invalid_argument("MPI counts are ints: at most 2^31-1 elements");
     return static_cast<int>(n);

@@ -46,6 +46,10 @@ class ShoalRunner final : public Runner {
       case Op::alltoall:
         w = comm_.alltoall(in, out, c, s.dt, co_);
         break;
+      case Op::alltoallv:
+        counts_.assign(s.p, c);
+        w = comm_.alltoallv(in, counts_, out, counts_, s.dt, co_);
+        break;
       case Op::sendrecv:
         if (s.rank == 0) w = comm_.send(in, c, s.dt, 1, 0, co_);
         else if (s.rank == 1) w = comm_.recv(out, c, s.dt, 0, 0, co_);
@@ -62,6 +66,7 @@ class ShoalRunner final : public Runner {
  private:
   Communicator& comm_;
   CallOptions co_;
+  std::vector<size_t> counts_;  // alltoallv's, kept: assigning the same size allocates nothing
 };
 
 }  // namespace

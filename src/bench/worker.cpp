@@ -287,7 +287,8 @@ class Printer {
       case Op::allreduce: return "2(p-1)/p";
       case Op::allgather:
       case Op::reduce_scatter:
-      case Op::alltoall: return "(p-1)/p";
+      case Op::alltoall:
+      case Op::alltoallv: return "(p-1)/p";
       default: return "1";
     }
   }
