@@ -157,7 +157,14 @@ Net make_net(shoal::Store& store, int rank, int size, int streams, std::vector<b
   cfg.deadline = Clock::now() + timeout;
   cfg.epoll_fd = net.epfd;
   if (tweak) tweak(cfg);
-  net.links = shoal::connect_tcp_links(store, cfg);
+  // The addresses go through the store ("tcp/<rank>"), as the rendezvous sends them; this rank
+  // dials the lower ranks, so it needs theirs only.
+  auto conn = shoal::tcp_listen(cfg);
+  store.set_string("tcp/" + std::to_string(rank), shoal::tcp_listen_address(*conn));
+  std::vector<std::string> addresses(size);
+  for (int j = 0; j < rank; ++j)
+    if (use[j]) addresses[j] = store.get_string("tcp/" + std::to_string(j), timeout);
+  net.links = shoal::connect_tcp_links(conn, addresses);
   return net;
 }
 

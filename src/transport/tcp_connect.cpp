@@ -32,7 +32,6 @@ using namespace tcp_detail;
 using Clock = std::chrono::steady_clock;
 
 // Where a rank publishes the address its peers dial, or "!" and why it cannot take part.
-std::string address_key(int rank) { return "tcp/" + std::to_string(rank); }
 
 // SO_SNDBUF/SO_RCVBUF to request; 0 leaves the buffers to the kernel's autotuning. Setting them
 // turns autotuning off, and on loopback (2 processes, 64 MiB messages) fixed 4 MiB buffers cost
@@ -61,12 +60,6 @@ void set_buffers(int fd, int lowat) {
 void set_nodelay(int fd) {
   int one = 1;
   (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-Millis remaining(Clock::time_point deadline) {
-  auto now = Clock::now();
-  if (now >= deadline) return Millis(0);
-  return std::chrono::ceil<Millis>(deadline - now);
 }
 
 // A listening socket on every address: IPv6 with IPv4 mapped in (peers may dial either family),
@@ -631,22 +624,15 @@ std::vector<std::unique_ptr<Link>> make_tcp_links(const std::shared_ptr<TcpConne
   return links;
 }
 
-std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConfig& cfg) {
-  auto conn = tcp_listen(cfg);
+std::vector<std::unique_ptr<Link>> connect_tcp_links(const std::shared_ptr<TcpConnector>& conn,
+                                                     const std::vector<std::string>& addresses) {
+  const TcpConfig& cfg = conn->config();
   const int rank = cfg.rank;
-  store.set_string(address_key(rank), conn->address());
-  // Only the lower peers' addresses are needed: nobody waits here for a higher peer to be there.
-  std::vector<std::string> addresses(cfg.size);
   for (int j = 0; j < rank; ++j) {
     if (!conn->tcp_peer(j)) continue;
-    try {
-      addresses[j] = store.get_string(address_key(j), remaining(cfg.deadline));
-    } catch (const Timeout&) {
-      throw Timeout(format("tcp set-up timed out: rank %d never published its address (tcp/%d)", j, j));
-    }
-    conn->set_address(j, addresses[j]);
+    conn->set_address(j, addresses.at(j));
+    conn->want(j);
   }
-  for (int j = 0; j < rank; ++j) conn->want(j);
   // Every pair now, not when it first talks.
   for (;;) {
     conn->step();

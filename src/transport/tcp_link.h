@@ -34,7 +34,6 @@
 #include <string>
 #include <vector>
 
-#include "shoal/store.h"
 #include "transport/link.h"
 
 namespace shoal {
@@ -86,9 +85,11 @@ bool tcp_accept_step(TcpConnector& c);
 std::vector<std::unique_ptr<Link>> make_tcp_links(const std::shared_ptr<TcpConnector>& conn,
                                                   const std::vector<std::string>& addresses);
 
-// The same, with the addresses exchanged through `store` ("tcp/<rank>") and every pair connected
-// before it returns (tests): throws Timeout at cfg.deadline naming the peers still missing.
-std::vector<std::unique_ptr<Link>> connect_tcp_links(Store& store, const TcpConfig& cfg);
+// The same, with every pair connected before it returns (tests): this rank dials the lower ranks,
+// so addresses[j] is needed for j < cfg.rank only. Throws Timeout at cfg.deadline naming the
+// peers still missing.
+std::vector<std::unique_ptr<Link>> connect_tcp_links(const std::shared_ptr<TcpConnector>& conn,
+                                                     const std::vector<std::string>& addresses);
 
 // The data streams, and the TCP_NOTSENT_LOWAT, of the pair with `peer` (the same on both sides).
 int tcp_streams(const TcpConfig& cfg, int peer);
