@@ -36,6 +36,10 @@ struct Request {
   bool complete = false;
 };
 
+// What a link whose frames carry whole messages (shm, loop) says of a frame from `peer` that does
+// not match the posted receive `r`: the ranks called mismatched ops.
+std::string frame_mismatch(const Request& r, int peer, const FrameHeader& h);
+
 class Link {
  public:
   virtual ~Link() = default;

@@ -50,11 +50,7 @@ bool LoopLink::progress() {
     FrameHeader h;
     std::memcpy(&h, m.data(), sizeof h);
     if (h.sig != r->sig || h.bytes != r->bytes)
-      throw CallMismatch(peer_, std::string(r->what) + ": rank " + std::to_string(peer_) + " sent a " +
-                                    std::to_string(h.bytes) + "-byte message for a different call (signature " +
-                                    std::to_string(h.sig) + ") but this rank expects " + std::to_string(r->bytes) +
-                                    " bytes (signature " + std::to_string(r->sig) +
-                                    "): the ranks called mismatched ops (op, count, dtype, root, tag or algorithm differ)");
+      throw CallMismatch(peer_, frame_mismatch(*r, peer_, h));
     if (r->bytes) std::memcpy(r->buf, m.data() + sizeof h, r->bytes);
     r->done = r->bytes;
     r->complete = true;

@@ -133,11 +133,7 @@ bool ShmLink::progress_recv() {
       if (h.magic != kFrameMagic)
         throw PeerError(std::string(r->what) + ": corrupt frame from rank " + std::to_string(peer_));
       if (h.sig != r->sig || h.bytes != r->bytes)
-        throw CallMismatch(peer_, std::string(r->what) + ": rank " + std::to_string(peer_) + " sent a " +
-                        std::to_string(h.bytes) + "-byte message for a different call (signature " +
-                        std::to_string(h.sig) + ") but this rank expects " + std::to_string(r->bytes) +
-                        " bytes (signature " + std::to_string(r->sig) +
-                        "): the ranks called mismatched ops (op, count, dtype, root, tag or algorithm differ)");
+        throw CallMismatch(peer_, frame_mismatch(*r, peer_, h));
       in_tail_ += sizeof h;
       avail -= sizeof h;
       r->state = 1;
