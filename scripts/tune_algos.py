@@ -22,6 +22,7 @@ the way that loses least in the worse of the machine's stretches (near and far c
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -63,9 +64,17 @@ WAYS = {
 
 
 def parse_size(s):
-    """'16K' -> 16384, as shoal-bench reads sizes."""
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:].upper(), 1)
-    return int(float(s[:-1] if mult > 1 else s) * mult)
+    """'16K', '16KiB', '16KB' -> 16384, as shoal-bench reads sizes."""
+    m = re.fullmatch(r"([0-9.]+)\s*([KMG]?)(i?B)?", s.strip(), re.IGNORECASE)
+    if not m:
+        sys.exit(f"not a size: {s!r}")
+    return int(float(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()])
+
+
+def same_state(r0, r1):
+    """Whether two runs started in one state: round trips within 2x (None: not measured, fewer
+    than two CPUs, where there is no such state to tell)."""
+    return r0 is None or r1 is None or max(r0, r1) < 2 * min(r0, r1)
 
 
 def adverse(pairs, way):
@@ -82,6 +91,8 @@ def tune_direct(a):
     # machine's speed between cores changes for minutes at a time (BENCHMARKS.md, "Near and far
     # cores"), and can favour one way in one stretch and the other in the next. The two runs of
     # a round compare the ways in one stretch; the rounds cover several.
+    if a.f < 2:
+        sys.exit("-f must be 2 or more")
     sizes = []
     n, hi = parse_size(a.b), parse_size(a.e)
     while n <= hi:
@@ -102,13 +113,14 @@ def tune_direct(a):
         with open(a.raw, "w") as f:
             json.dump({f"{op} {p}": r for (op, p), r in runs.items()}, f)
     rounds = [r for by_n in runs.values() for rs in by_n.values() for r in rs]
-    same_state = [r for r in rounds if max(r[2:]) < 2 * min(r[2:])]
+    in_one_state = [r for r in rounds if same_state(*r[2:])]
+    rtts = [x for r in rounds for x in r[2:] if x is not None] or [0]
     out_lines = ["# scripts/tune_algos.py --direct --direct-ops %s --ranks-list %s --rounds %d -b %s -e %s -f %d"
                  % (a.direct_ops, a.ranks_list, a.rounds, a.b, a.e, a.f),
                  "# direct OP RANKS BYTES WAY0_US WAY1_US WAY0_US WAY1_US: the rounds least favourable to way 0,",
                  "# then to way 1 (src/algo/cost.h); cache-line round trip between the cores before the runs:",
                  "# %.0f-%.0f ns; %d of %d pairs of runs started in one state" % (
-                     min(min(r[2:]) for r in rounds), max(max(r[2:]) for r in rounds), len(same_state), len(rounds))]
+                     min(rtts), max(rtts), len(in_one_state), len(rounds))]
     for op in ops:
         for p in ranks:
             print(f"# {op}, {p} ranks, µs: median of {a.rounds} rounds | the round worst for way 0 | for way 1 (* = faster)")
@@ -116,7 +128,7 @@ def tune_direct(a):
                 # A pair of runs that started in different states (round trips 2x apart) compares
                 # nothing: left out, unless that leaves none.
                 every = runs[(op, p)][n]
-                pairs = [(t0, t1) for t0, t1, r0, r1 in every if max(r0, r1) < 2 * min(r0, r1)] or [r[:2] for r in every]
+                pairs = [(t0, t1) for t0, t1, r0, r1 in every if same_state(r0, r1)] or [r[:2] for r in every]
                 med = tuple(sorted(t[w] for t in pairs)[len(pairs) // 2] for w in ways)
                 worst0, worst1 = adverse(pairs, 0), adverse(pairs, 1)
                 cells = " | ".join(f"{t[0]:9.1f}{'*' if t[0] <= t[1] else ' '} {t[1]:9.1f}{'*' if t[1] < t[0] else ' '}"

@@ -17,6 +17,7 @@ namespace shoal_test {
 
 void run_loop(int n, const LoopOp& o, const std::function<void(shoal::Ctx&)>& fn) {
   using namespace shoal;
+  const algo::Ways ways = algo::Ways::current();  // before the engines: it may throw
   std::vector<std::unique_ptr<Engine>> engines;
   std::vector<std::function<void()>> wake;
   for (int r = 0; r < n; ++r) {
@@ -24,8 +25,11 @@ void run_loop(int n, const LoopOp& o, const std::function<void(shoal::Ctx&)>& fn
     wake.push_back([e = engines.back().get()] { e->wake(); });
   }
   auto links = make_loop_links(n, wake);
-  for (int r = 0; r < n; ++r) engines[r]->set_links(std::move(links[r]));
-  const algo::Ways ways = algo::Ways::current();
+  for (int r = 0; r < n; ++r) {
+    engines[r]->set_links(std::move(links[r]));
+    // A rank whose peer closed its links names why the peer failed, as through the store.
+    engines[r]->peer_abort_reason = [&engines](int j) { return engines[j]->abort_reason(); };
+  }
   std::vector<std::exception_ptr> errors;  // in the order the ranks failed: the first is the cause
   std::mutex errors_mu;
   std::vector<std::thread> threads;

@@ -1,8 +1,10 @@
 // Ranks as threads of this process, over the in-process transport (src/transport/loop_link.h): the
 // test seam below the communicator. run_loop(n, op, fn) gives each of n threads an engine, scratch
 // and Ctx of its own, runs fn(ctx) on them at once, and once every thread has ended rethrows the
-// exception of the rank that failed first, the cause (a rank that throws closes its links, so
-// that its peers fail at once, after it, instead of waiting for the deadline).
+// exception of the rank that failed first. A rank that fails closes its links, so that its peers
+// fail at once instead of waiting for the deadline, and their errors quote its reason (the
+// engine's peer_abort_reason, here read from the failed rank's engine), so whichever error is
+// rethrown names the cause.
 #pragma once
 #include <chrono>
 #include <functional>

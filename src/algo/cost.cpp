@@ -4,9 +4,10 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstdlib>
+#include <charconv>
 #include <fstream>
 #include <iterator>
+#include <locale>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -78,7 +79,8 @@ struct Curves {
   int cheaper(size_t n) const {
     double worst[2] = {0, 0};
     for (const auto& pair : us) {
-      const double t[2] = {on_segments(bytes, pair[0], n), on_segments(bytes, pair[1], n)};
+      // A last segment extended past the largest size may fall below zero: no time is.
+      const double t[2] = {std::max(0.0, on_segments(bytes, pair[0], n)), std::max(0.0, on_segments(bytes, pair[1], n))};
       for (int way : {0, 1}) worst[way] = std::max(worst[way], t[way] / std::max(std::min(t[0], t[1]), 1e-9));
     }
     return worst[0] <= worst[1] ? 0 : 1;
@@ -182,6 +184,7 @@ std::vector<CostPoint> parse_tuning(const std::string& text, const std::string& 
   std::string line;
   for (int no = 1; std::getline(in, line); ++no) {
     std::istringstream w(line.substr(0, line.find('#')));
+    w.imbue(std::locale::classic());  // '.' is the decimal point whatever the process's locale
     std::string kind, op;
     if (!(w >> kind)) continue;  // blank or comment
     auto bad = [&](const std::string& why) {
@@ -197,10 +200,10 @@ std::vector<CostPoint> parse_tuning(const std::string& text, const std::string& 
     q.us2[0] = q.us[0], q.us2[1] = q.us[1];
     const std::vector<std::string> rest{std::istream_iterator<std::string>(w), {}};
     if (rest.size() == 2) {  // the second pair
-      for (int way : {0, 1}) {
-        char* end = nullptr;
-        q.us2[way] = std::strtod(rest[way].c_str(), &end);
-        if (*end) bad("expected a time, not '" + rest[way] + "'");
+      for (int way : {0, 1}) {  // from_chars: the C locale of the process does not apply
+        const char* end = rest[way].data() + rest[way].size();
+        const auto got = std::from_chars(rest[way].data(), end, q.us2[way]);
+        if (got.ec != std::errc() || got.ptr != end) bad("expected a time, not '" + rest[way] + "'");
       }
     } else if (!rest.empty()) {
       bad("unexpected '" + rest[0] + "' after the six fields (a point has two times, or four)");

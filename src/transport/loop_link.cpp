@@ -19,6 +19,13 @@ bool LoopLink::progress() {
   bool moved = false;
   if (!sends_.empty()) {
     {
+      // The peer's close marks the direction it sends in. One lock at a time: the peer takes
+      // them in the other order.
+      std::lock_guard<std::mutex> in_lock(in_->mu);
+      if (in_->closed)
+        throw PeerError(std::string(sends_.front()->what) + ": rank " + std::to_string(peer_) + " left the group");
+    }
+    {
       std::lock_guard<std::mutex> lock(out_->mu);
       for (Request* r : sends_) {
         std::vector<uint8_t> m(sizeof(FrameHeader) + r->bytes);
