@@ -78,9 +78,7 @@ void alltoall_direct(Ctx& c, const void* in, void* out, size_t count) {
 void direct::alltoall_pipeline(Ctx& c, const uint8_t* src, const Blocks& sb, void* out, const Blocks& rb, size_t largest) {
   ShmGroup& g = *c.shm();
   const int p = c.size, r = c.rank;
-  // A piece of each block per phase (the slot holds p of them), at least 4 phases for large
-  // blocks so that the ranks' copies in and out overlap.
-  const size_t piece_bytes = std::max<size_t>(64, pipelined(chunk_target(g, p) / static_cast<size_t>(p), largest) / 64 * 64);
+  const size_t piece_bytes = alltoall_piece(g, p, largest);
   const size_t nchunks = std::max<size_t>(1, (largest + piece_bytes - 1) / piece_bytes);
   auto piece = [&](size_t len, size_t m) { return std::min(piece_bytes, len - std::min(len, m * piece_bytes)); };
   auto copy_out = std::max(sb.total(), rb.total()) >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
@@ -102,6 +100,12 @@ void direct::alltoall_pipeline(Ctx& c, const uint8_t* src, const Blocks& sb, voi
     if (ph == 0) check(c);
   }
   end(c, nchunks);
+}
+
+// A piece of each block per phase (the slot holds p of them), at least 4 phases for large blocks
+// so that the ranks' copies in and out overlap.
+size_t direct::alltoall_piece(ShmGroup& g, int p, size_t largest) {
+  return std::max<size_t>(64, pipelined(chunk_target(g, p) / static_cast<size_t>(p), largest) / 64 * 64);
 }
 
 }  // namespace shoal::algo

@@ -61,7 +61,7 @@ void alltoallv_direct(Ctx& c, const void* in, const std::vector<size_t>& send_co
   // the pipeline's first slot and the measured costs say the slots beat the rings at what this
   // rank sends, there (the slot of the next chunked op's first chunk, which nothing reads before
   // this op's table round: the pipeline writes it before its first barrier too); else nowhere yet.
-  const size_t piece = pipelined(chunk_target(g, p) / static_cast<size_t>(p), 0) / 64 * 64;
+  const size_t piece = alltoall_piece(g, p, 0);  // what one phase moves of a block that small
   const int first_slot = slot_of(c, 1);
   size_t my_largest = 0;
   for (int j = 0; j < p; ++j)

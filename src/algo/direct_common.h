@@ -64,6 +64,8 @@ inline constexpr size_t kMinPieceBytes = size_t(16) << 10;
 // peers, theirs land in `out` as `rb` says; `largest` is the group's largest block between two
 // ranks (the same on every rank: it sets the number of phases). Ends with end().
 void alltoall_pipeline(Ctx& c, const uint8_t* src, const Blocks& sb, void* out, const Blocks& rb, size_t largest);
+// The piece of each block that one phase of that pipeline moves, for `largest` (a multiple of 64).
+size_t alltoall_piece(ShmGroup& g, int p, size_t largest);
 // Single copy from this many bytes (BENCHMARKS.md, "Single-copy transfers").
 inline constexpr size_t kSingleCopyBytes = size_t(2) << 20;
 
