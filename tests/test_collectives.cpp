@@ -46,20 +46,6 @@ bool full_matrix() {
 
 size_t block_large(int n) { return (kLarge / size_t(n)) | 1; }
 
-const char* op_str(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::prod: return "prod";
-    case ReduceOp::min: return "min";
-    case ReduceOp::max: return "max";
-    case ReduceOp::avg: return "avg";
-    case ReduceOp::band: return "band";
-    case ReduceOp::bor: return "bor";
-    case ReduceOp::bxor: return "bxor";
-  }
-  return "?";
-}
-
 // ---- Reduction inputs and their reference ----------------------------------------------------
 
 // The generator runs over every element of every buffer (a million per large case, times the
@@ -271,7 +257,7 @@ void family_allreduce(Suite& s, Where w) {
     int k = 0;
     for_reduction_cases(turn++, [&](DType dt, ReduceOp op, size_t count, bool) {
       const bool inplace = (k++ % 2) == 1;
-      s.run(desc_of("allreduce", a, dt, op_str(op), count, -1, inplace), [&]() -> std::string {
+      s.run(desc_of("allreduce", a, dt, reduce_op_name(op), count, -1, inplace), [&]() -> std::string {
         const uint64_t seed = s.seed();
         Buf in(dt, count), out(dt, count), expect(dt, count), orig(dt, count);
         fill_red_input(op, dt, s.rank, s.n, 0, count, seed, in.data());
@@ -313,7 +299,7 @@ void family_reduce(Suite& s, Where w) {
       const int root = (kk * 3 + 2) % s.n;
       const bool inplace = kk % 3 == 1;     // at the root
       const bool null_out = kk % 3 != 2;    // elsewhere: null out, or a buffer left untouched
-      s.run(desc_of("reduce", a, dt, op_str(op), count, root, inplace), [&]() -> std::string {
+      s.run(desc_of("reduce", a, dt, reduce_op_name(op), count, root, inplace), [&]() -> std::string {
         const uint64_t seed = s.seed();
         Buf in(dt, count), out(dt, count), expect(dt, count), orig(dt, count);
         fill_red_input(op, dt, s.rank, s.n, 0, count, seed, in.data());
@@ -417,7 +403,7 @@ void family_reduce_scatter(Suite& s, Where w) {
   for (Algo a : algos_for("reduce_scatter", w)) {
     for_reduction_cases(turn++, [&](DType dt, ReduceOp op, size_t count, bool large) {
       if (large) count = block_large(s.n);
-      s.run(desc_of("reduce_scatter", a, dt, op_str(op), count), [&]() -> std::string {
+      s.run(desc_of("reduce_scatter", a, dt, reduce_op_name(op), count), [&]() -> std::string {
         const uint64_t seed = s.seed();
         const size_t total = count * size_t(s.n);
         Buf in(dt, total), out(dt, count), expect(dt, count), orig(dt, total);
@@ -1110,14 +1096,14 @@ TEST(CollectivesReference, InputsAreExact) {
             uint8_t b[8];
             put_value(dt, b, 0, v);
             if (op == ReduceOp::band || op == ReduceOp::bor || op == ReduceOp::bxor) continue;
-            ASSERT_EQ(get_double(dt, b, 0), double(v)) << dt_name(dt) << " " << op_str(op);
+            ASSERT_EQ(get_double(dt, b, 0), double(v)) << dt_name(dt) << " " << reduce_op_name(op);
           }
           int64_t e = red_expected(op, dt, n, i, 12345);
           if (op == ReduceOp::sum || op == ReduceOp::avg || op == ReduceOp::prod) {
             if (dt == DType::boolean) {
               ASSERT_TRUE(e == 0 || e == 1);
             } else {
-              ASSERT_LE(std::abs(e), 127) << dt_name(dt) << " " << op_str(op) << " n=" << n;
+              ASSERT_LE(std::abs(e), 127) << dt_name(dt) << " " << reduce_op_name(op) << " n=" << n;
             }
           }
           if (op == ReduceOp::avg && is_float(dt)) {
