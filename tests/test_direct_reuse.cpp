@@ -147,6 +147,67 @@ TEST_P(DirectReuse, EveryOpWithOddAndEvenChunkCounts) {
   });
 }
 
+// A broadcast's or scatter's root, and a gather's leaves, wait for no one: they run ahead of the
+// slowest rank by up to the depth of their ring of slots (direct_common.h: 64 ops with up to
+// kSmallLineBytes of data, 16 with more). Runs of such ops at every tier's edges (inline, line
+// area, data area), with the readers stalling now and then so that the writers reach the depth,
+// check every result: a writer reusing a slot before every reader is done would show as another
+// op's values.
+TEST_P(DirectReuse, RanksRunningAheadReuseASlotOnlyOnceItsReadersAreDone) {
+  const int n = GetParam();
+  run_ranks(n, transport_config("shm"), [](Communicator& c) {
+    using algo::direct::kSmallBytes;
+    using algo::direct::kSmallInlineBytes;
+    using algo::direct::kSmallLineBytes;
+    const int p = c.size(), me = c.rank();
+    std::mt19937 rng(7 + me);
+    // Bytes per slot: the scatter's root and the broadcast's root write `bytes`, a gather's leaf
+    // writes bytes / p; the f32 counts below round down.
+    const size_t tiers[] = {8, kSmallInlineBytes, kSmallInlineBytes + 4, kSmallLineBytes, kSmallLineBytes + 4, kSmallBytes};
+    std::vector<float> buf, out;
+    int op = 0;
+    for (size_t bytes : tiers) {
+      const size_t count = bytes / 4;
+      for (int kind = 0; kind < 3; ++kind) {
+        const int root = (kind + static_cast<int>(bytes)) % p;
+        for (int k = 0; k < 150; ++k, ++op) {
+          const bool reader = kind == 2 ? me == root : me != root;
+          if (reader && rng() % 40 == 0) usleep(2000);  // the writers fill their ring meanwhile
+          auto val = [&](int r, size_t i) { return static_cast<float>(op * 131 + r * 17 + static_cast<int>(i % 9)); };
+          if (kind == 0) {
+            buf.assign(count, -1);
+            if (me == root)
+              for (size_t i = 0; i < count; ++i) buf[i] = val(root, i);
+            c.broadcast(buf.data(), count, DType::f32, root, {Algo::direct})->wait();
+            for (size_t i = 0; i < count; ++i)
+              SH_CHECK(buf[i] == val(root, i)) << "broadcast of " << bytes << " B, op " << op << ", element " << i;
+          } else if (kind == 1) {
+            const size_t each = count / p;
+            buf.assign(each * p, -1);
+            out.assign(each, -1);
+            if (me == root)
+              for (size_t i = 0; i < each * p; ++i) buf[i] = val(root, i);
+            c.scatter(buf.data(), out.data(), each, DType::f32, root, {Algo::direct})->wait();
+            for (size_t i = 0; i < each; ++i)
+              SH_CHECK(out[i] == val(root, me * each + i)) << "scatter of " << bytes << " B, op " << op << ", element " << i;
+          } else {
+            const size_t each = std::max<size_t>(1, count / p);
+            buf.assign(each, -1);
+            out.assign(each * p, -1);
+            for (size_t i = 0; i < each; ++i) buf[i] = val(me, i);
+            c.gather(buf.data(), out.data(), each, DType::f32, root, {Algo::direct})->wait();
+            if (me == root) {
+              for (int r = 0; r < p; ++r)
+                for (size_t i = 0; i < each; ++i)
+                  SH_CHECK(out[r * each + i] == val(r, i)) << "gather of " << bytes << " B, op " << op << ", block " << r;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(All, DirectReuse, ::testing::Values(2, 3, 4, 8),
                          [](const auto& info) { return "n" + std::to_string(info.param); });
 

@@ -6,8 +6,9 @@
 //                       number (published); words 3 and 4 = its count of all direct ops and the
 //                       least `done` it knows of its peers (private); word 8 = `done`, the last
 //                       direct op whose small slots it has finished reading (published; own line)
-//   [.., + kSmallArea)  small slots (direct_small.cpp): kSmallSlots heads of one line each, then
-//                       kSmallDataSlots data areas of kSmallBytes
+//   [.., + kSmallArea)  small slots (direct_small.cpp): kSmallSlots heads of one line each,
+//                       kSmallSlots line areas of kSmallLineBytes, then kSmallDataSlots data areas
+//                       of kSmallBytes
 //   [.., end)           data: two slots of slot_bytes() each, used alternately by chunk
 // Word 5 of the header is the address of the buffer a single-copy op lets its peers read or
 // write (published; begin_single).
@@ -39,18 +40,20 @@ inline constexpr size_t kHeaderBytes = 128;
 // Small ops (direct_small.cpp): each direct op, numbered n from 1 by every rank, has slot n %
 // kSmallSlots of every rank: a head line holding its number and token and, up to
 // kSmallInlineBytes, its data (the data rides with the flag: one line moves to each reader, as in
-// Open MPI's fast boxes); larger data, up to kSmallBytes, goes in one of kSmallDataSlots data
-// areas (op n: area n % kSmallDataSlots). The heads are contiguous (one page per rank), and the
-// data areas few, so that cycling through them stays in the caches and the TLB. A rank that waits
-// for no one (a broadcast's or scatter's root, a reduce's or gather's leaves) runs up to
-// kSmallSlots - 1 ops ahead of the slowest peer with inline data, kSmallDataSlots - 1 with more:
+// Open MPI's fast boxes); up to kSmallLineBytes, in the slot's line area (op n: area n %
+// kSmallSlots); larger data, up to kSmallBytes, in one of kSmallDataSlots data areas (op n: area
+// n % kSmallDataSlots). The heads are contiguous (one page per rank), and the large data areas
+// few, so that cycling through them stays in the caches and the TLB. A rank that waits for no one
+// (a broadcast's or scatter's root, a reduce's or gather's leaves) runs up to kSmallSlots - 1 ops
+// ahead of the slowest peer with up to kSmallLineBytes of data, kSmallDataSlots - 1 with more:
 // with ranks outnumbering cores, a rank then does many ops per turn on its core instead of one
-// (BENCHMARKS.md, "Small rooted ops"). 132 KiB per rank.
+// (BENCHMARKS.md, "Small rooted ops" and "Line areas"). 164 KiB per rank.
 inline constexpr int kSmallSlots = 64;
 inline constexpr int kSmallDataSlots = 16;
 inline constexpr size_t kSmallBytes = 8192;
+inline constexpr size_t kSmallLineBytes = 512;
 inline constexpr size_t kSmallInlineBytes = 48;
-inline constexpr size_t kSmallArea = kSmallSlots * size_t(64) + kSmallDataSlots * kSmallBytes;
+inline constexpr size_t kSmallArea = kSmallSlots * (size_t(64) + kSmallLineBytes) + kSmallDataSlots * kSmallBytes;
 // Per-rank bytes one pipeline chunk moves through scratch: the whole group touches about
 // 2·p·chunk bytes of scratch per phase, kept under kWorkingSetBytes so it stays in L3.
 inline constexpr size_t kWorkingSetBytes = size_t(16) << 20;

@@ -7,10 +7,11 @@
 // reduces all p in rank order. A barrier costs a round trip between every pair of ranks and, when
 // ranks outnumber cores, a turn on a core for every rank before any leaves; here a rank waits only
 // for the data it reads, and a rank that reads nothing (a broadcast's root, the non-root ranks of
-// a reduce or gather) leaves at once. Slots rotate (kSmallSlots heads, kSmallDataSlots data areas:
-// direct_common.h), so ranks may drift up to kSmallSlots - 1 ops apart (kSmallDataSlots - 1 for an
-// op whose data is not inline); a rank reuses a slot once every peer has said it is done with the op
-// that used it (`done`, read from the peers only when the last value seen is too old).
+// a reduce or gather) leaves at once. Slots rotate (kSmallSlots heads and line areas,
+// kSmallDataSlots data areas: direct_common.h), so ranks may drift up to kSmallSlots - 1 ops apart
+// (kSmallDataSlots - 1 for an op with more than kSmallLineBytes of data); a rank reuses a slot
+// once every peer has said it is done with the op that used it (`done`, read from the peers only
+// when the last value seen is too old).
 //
 // Mismatched calls: every direct op writes its number and token in its slot (chunked ones too,
 // in begin()), and a reader compares the token with its own: a peer in another call is a
@@ -45,7 +46,9 @@ SlotHead& head(ShmGroup& g, int r, uint64_t n) {
 }
 uint8_t* slot_data(ShmGroup& g, int r, uint64_t n, size_t bytes) {
   if (bytes <= kSmallInlineBytes) return head(g, r, n).data;
-  return g.scratch(r) + kHeaderBytes + kSmallSlots * sizeof(SlotHead) + (n % kSmallDataSlots) * kSmallBytes;
+  uint8_t* lines = g.scratch(r) + kHeaderBytes + kSmallSlots * sizeof(SlotHead);
+  if (bytes <= kSmallLineBytes) return lines + (n % kSmallSlots) * kSmallLineBytes;
+  return lines + kSmallSlots * kSmallLineBytes + (n % kSmallDataSlots) * kSmallBytes;
 }
 
 // Wakes the peers that sleep (an awake peer costs a load of a line it rarely writes).
@@ -71,7 +74,7 @@ Small small_begin(Ctx& c, uint64_t sig, size_t bytes) {
                 " bytes) is too small for the direct algorithms");
   uint64_t* h = header(g, c.rank);
   const uint64_t n = ++h[3];  // words 3 and 4 are private to this rank
-  const uint64_t depth = bytes <= kSmallInlineBytes ? kSmallSlots : kSmallDataSlots;
+  const uint64_t depth = bytes <= kSmallLineBytes ? kSmallSlots : kSmallDataSlots;
   if (n > depth && h[4] < n - depth) {
     const uint64_t need = n - depth;  // every peer done with the op that used this slot last
     auto least_done = [&] {
