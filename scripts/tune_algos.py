@@ -3,9 +3,14 @@
 
     python3 scripts/tune_algos.py allreduce --ranks 4 --transport tcp --algos mst,bde,ring
 
-Runs build/shoal-bench once per algorithm (plus auto) over the same sizes and prints one table:
-time in µs per algorithm, the fastest marked with '*', and what auto chose (its time). The
-thresholds in src/algo/select.cpp and the table in docs/algorithms.md come from these runs.
+Runs build/shoal-bench once per algorithm (plus auto) over the same sizes (--rounds times, the
+medians) and prints one table: time in µs per algorithm, the fastest marked with '*', and what
+auto chose (its time). Then, for each switch of the automatic choice (src/algo/cost.h, Switch)
+between algorithms measured, the line `switch NAME BYTES` that SHOAL_TUNING reads: the switches
+of a chain (mst, then bde, then ring) are placed where the chain loses least against the fastest
+algorithm at each size measured (the sum of log(time / fastest)), each halfway (geometrically)
+between two sizes measured; `never` past the largest, 0 before the smallest (docs/algorithms.md,
+"Where the choice changes").
 
     python3 scripts/tune_algos.py --direct [--direct-ops allreduce,reduce,alltoall,alltoallv]
         [--ranks-list 2,3,4,8,16] [--rounds 7] [-b 16K -e 4M -f 2] [--out FILE]
@@ -30,8 +35,9 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(bench, op, ranks, algo, env, transport, lo, hi, factor, iters, floors=False):
-    """{bytes: µs}, and with `floors` the cache-line round trip (ns) measured just before."""
+def run(bench, op, ranks, algo, env, transport, lo, hi, factor, iters, floors=False, hosts=None, layout=None):
+    """{bytes: µs}, and with `floors` the cache-line round trip (ns) measured just before. With
+    `hosts` (scripts/netns_hosts.py), rank r runs on fake host layout[r] (default: a host each)."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         path = f.name
     cmd = [bench, op, "-n", str(ranks), "-b", lo, "-e", hi, "-f", str(factor), "--algo", algo,
@@ -40,7 +46,15 @@ def run(bench, op, ranks, algo, env, transport, lo, hi, factor, iters, floors=Fa
         cmd += ["--iters", str(iters)]
     if floors:
         cmd += ["--floors"]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=dict(os.environ, **(env or {})))
+    if hosts is not None:
+        import netns_hosts as nh
+        os.chmod(path, 0o666)
+        res = nh.run_job(hosts, layout or list(range(ranks)), cmd, env=dict(os.environ, **(env or {})),
+                         store_bin=os.path.join(os.path.dirname(bench), "shoal-store"), timeout=900)
+        if not res.ok:
+            sys.exit(f"{' '.join(cmd)} failed\n{res.describe()}")
+    else:
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=dict(os.environ, **(env or {})))
     with open(path) as f:
         doc = json.load(f)
     os.unlink(path)
@@ -142,6 +156,155 @@ def tune_direct(a):
             f.write(text)
 
 
+# The switches of the automatic choice over the network (cost.h), as chains: an op's algorithms
+# in the order the choice takes them as the size grows, and the switch between each and the next
+# (None: that switch is set by another chain). (op, where, algorithms, switches); where: pow2 or
+# odd (group sizes), hosts (--hosts) or one_host (--transport tcp: every rank on this host).
+CHAINS = [
+    ("allreduce", "pow2", ["mst", "bde", "ring"], ["allreduce.mst_below", "allreduce.bde_up_to"]),
+    ("allreduce", "odd", ["mst", "bde", "ring"], [None, "allreduce.bde_up_to_odd_p"]),
+    ("broadcast", "hosts", ["mst", "scatter_allgather"], ["broadcast.mst_below"]),
+    ("broadcast", "one_host", ["mst", "linear", "ring"], ["broadcast.one_host.mst_below", "broadcast.chain_from"]),
+    ("reduce", "any", ["mst", "ring"], ["reduce.mst_below"]),
+    ("allgather", "any", ["rd", "ring"], ["allgather.rd_below"]),
+    ("reduce_scatter", "any", ["rd", "ring"], ["reduce_scatter.halving_below"]),
+    ("gather", "any", ["mst", "linear"], ["gather.mst_below"]),
+    ("scatter", "any", ["mst", "linear"], ["scatter.mst_below"]),
+]
+
+
+def chain_cuts(sizes, times):
+    """The cuts (indices into `sizes`: algorithm k runs from sizes[cut[k-1]]) that lose least
+    against the fastest of the chain at each size, summed over the sizes as log(time / fastest)."""
+    import itertools
+    import math
+    k = len(times)
+    best = None
+    for cuts in itertools.combinations_with_replacement(range(len(sizes) + 1), k - 1):
+        loss = 0.0
+        for i, n in enumerate(sizes):
+            a = sum(1 for c in cuts if c <= i)  # the algorithm that runs at sizes[i]
+            loss += math.log(times[a][n] / min(t[n] for t in times))
+        if best is None or loss < best[0] - 1e-12:
+            best = (loss, cuts)
+    return best[1]
+
+
+def switch_value(sizes, cut):
+    """A cut before sizes[cut] as a switch: halfway (geometrically) between the sizes around it."""
+    if cut == 0:
+        return 0
+    if cut == len(sizes):
+        return "never"
+    return round((sizes[cut - 1] * sizes[cut]) ** 0.5)
+
+
+def switch_lines(op, ranks, res, sizes, hosts):
+    pow2 = ranks & (ranks - 1) == 0
+    out = []
+    for cop, which, algos, names in CHAINS:
+        if cop != op or any(al not in res for al in algos):
+            continue
+        if (which == "pow2" and not pow2) or (which == "odd" and pow2):
+            continue
+        if (which == "hosts" and not hosts) or (which == "one_host" and hosts):
+            continue
+        cuts = chain_cuts(sizes, [res[al] for al in algos])
+        out += [f"switch {name} {switch_value(sizes, c)}" for name, c in zip(names, cuts) if name]
+    return out
+
+
+# The forms of the hierarchical algorithms (hierarchical.cpp), each forced by a tuning file that
+# puts its switch before every size (0) or past every size (never): op -> (switch, forms).
+HIER = {
+    "allreduce": ("hier.allreduce.split_from", ["leader", "split"]),
+    "broadcast": ("hier.broadcast.chain_from", ["tree", "chain"]),
+    "allgather": ("hier.allgather.ring_from", ["leader", "ring"]),
+}
+
+
+def fake_hosts(n):
+    """n fake hosts (scripts/netns_hosts.py), or exit: they need root."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import netns_hosts as nh
+    ok, why = nh.available()
+    if not ok:
+        sys.exit(f"fake hosts: {why}")
+    return nh.FakeHosts(n)
+
+
+def table(title, names, res, sizes):
+    print(title)
+    print("# " + " ".join(f"{x:>12}" for x in ["bytes"] + names))
+    for n in sizes:
+        best = min(res[x][n] for x in names if x != "auto")
+        print("# " + f"{n:>12} " + " ".join(f"{res[x][n]:>11.1f}{'*' if res[x][n] == best and x != 'auto' else ' '}"
+                                           for x in names))
+
+
+def emit(lines, out):
+    print("\n".join(lines))
+    if out:
+        with open(out, "a") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+def tune_hier(a):
+    """Both forms of each hierarchical op (--hier-ops) on fake hosts laid out as --layout."""
+    layout = [int(x) for x in a.layout.split(",")]
+    ops = a.hier_ops.split(",")
+    runs = {op: {form: [] for form in HIER[op][1]} for op in ops}
+    with fake_hosts(max(layout) + 1) as hosts, tempfile.TemporaryDirectory(prefix="shoal-tune-") as tmp:
+        os.chmod(tmp, 0o755)
+        for _ in range(a.rounds):
+            for op in ops:
+                name, forms = HIER[op]
+                for k, form in enumerate(forms):
+                    path = os.path.join(tmp, f"{op}-{form}.txt")
+                    with open(path, "w") as f:
+                        f.write(f"switch {name} {'never' if k == 0 else 0}\n")
+                    os.chmod(path, 0o644)
+                    runs[op][form].append(run(a.bench, op, len(layout), "hier", {"SHOAL_TUNING": path}, "auto",
+                                              a.b, a.e, a.f, a.iters, hosts=hosts, layout=layout))
+    for op in ops:
+        name, forms = HIER[op]
+        sizes = sorted(runs[op][forms[0]][0])
+        res = {form: {n: sorted(r[n] for r in rs)[len(rs) // 2] for n in sizes} for form, rs in runs[op].items()}
+        print(f"# scripts/tune_algos.py --hier --hier-ops {op} --layout {a.layout} --rounds {a.rounds} "
+              f"-b {a.b} -e {a.e} -f {a.f}")
+        table(f"# {op} (hier) on fake hosts {a.layout}: time (us) per form, median of {a.rounds}, * = fastest",
+              forms, res, sizes)
+        cuts = chain_cuts(sizes, [res[form] for form in forms])
+        emit([f"switch {name} {switch_value(sizes, cuts[0])}"], a.out)
+
+
+def tune_op(a):
+    """Every algorithm of one op (--algos), and the switches between them."""
+    algos = a.algos.split(",") + ["auto"]
+    hosts = fake_hosts(a.ranks) if a.hosts else None
+    # Rounds outermost, algorithms interleaved in each: a slow stretch of the machine then falls
+    # on every algorithm, not on one.
+    runs = {al: [] for al in algos}
+    try:
+        if hosts:
+            hosts.up()
+        for _ in range(a.rounds):
+            for al in algos:
+                runs[al].append(run(a.bench, a.op, a.ranks, al, {}, "auto" if hosts else a.transport,
+                                    a.b, a.e, a.f, a.iters, hosts=hosts))
+    finally:
+        if hosts:
+            hosts.down()
+    sizes = sorted(runs[algos[0]][0])
+    res = {al: {n: sorted(r[n] for r in rs)[len(rs) // 2] for n in sizes} for al, rs in runs.items()}
+    where = "--hosts" if hosts else f"--transport {a.transport}"
+    print(f"# scripts/tune_algos.py {a.op} --ranks {a.ranks} {where} --algos {a.algos} "
+          f"--rounds {a.rounds} -b {a.b} -e {a.e} -f {a.f}")
+    table(f"# {a.op}, {a.ranks} ranks, {'a fake host each' if hosts else 'transport ' + a.transport}: "
+          f"time (us) per algorithm, median of {a.rounds}, * = fastest", algos, res, sizes)
+    emit(switch_lines(a.op, a.ranks, res, sizes, hosts is not None), a.out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("op", nargs="?")
@@ -149,9 +312,14 @@ def main():
     ap.add_argument("--direct-ops", default="allreduce,reduce,alltoall,alltoallv")
     ap.add_argument("--ranks-list", default="2,3,4,8")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--out")
+    ap.add_argument("--out", help="--direct: write the points to this file; OP: append the switch lines to it")
     ap.add_argument("--raw", help="with --direct: also write every run's times to this JSON file")
     ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--hosts", action="store_true",
+                    help="OP: each rank on a fake host of its own (scripts/netns_hosts.py; needs root)")
+    ap.add_argument("--hier", action="store_true", help="measure both forms of the hierarchical ops (--hier-ops)")
+    ap.add_argument("--hier-ops", default="allreduce,broadcast,allgather")
+    ap.add_argument("--layout", default="0,0,1,1", help="--hier: the fake host of each rank")
     ap.add_argument("--transport", default="tcp")
     ap.add_argument("--algos", help="comma-separated, e.g. mst,bde,ring")
     ap.add_argument("-b", default="4K")
@@ -164,17 +332,11 @@ def main():
         if a.b == "4K" and a.e == "64M":
             a.b, a.e, a.f = "16K", "4M", 2
         return tune_direct(a)
+    if a.hier:
+        return tune_hier(a)
     if not a.op or not a.algos:
-        ap.error("give an OP and --algos, or --direct")
-    algos = a.algos.split(",") + ["auto"]
-    res = {al: run(a.bench, a.op, a.ranks, al, {}, a.transport, a.b, a.e, a.f, a.iters) for al in algos}
-    sizes = sorted(res[algos[0]])
-    print(f"# {a.op}, {a.ranks} ranks, transport {a.transport}: time (us) per algorithm, * = fastest")
-    print("# " + " ".join(f"{x:>12}" for x in ["bytes"] + algos))
-    for s in sizes:
-        best = min(res[al][s] for al in algos[:-1])
-        cells = [f"{res[al][s]:>11.1f}{'*' if res[al][s] == best and al != 'auto' else ' '}" for al in algos]
-        print("  " + f"{s:>12} " + " ".join(cells))
+        ap.error("give an OP and --algos, or --direct, or --hier")
+    tune_op(a)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "algo/algorithms.h"
 #include "algo/cost.h"
 #include "harness.h"
 #include "shoal/error.h"
@@ -31,7 +32,7 @@ const char* const kPoints =
     "direct alltoall 4 1048576 900 700\n";
 
 TEST(CostCurves, ParsesEveryField) {
-  const auto t = parse_tuning(kPoints, "test");
+  const auto t = parse_tuning(kPoints, "test").points;
   ASSERT_EQ(t.size(), 7u);
   EXPECT_EQ(t[3].op, Choice::allreduce);
   EXPECT_EQ(t[3].ranks, 8);
@@ -76,7 +77,7 @@ TEST(CostCurves, RejectsWhatItCannotUseNamingTheLine) {
 }
 
 TEST(CostCurves, AlongTheSizeStraightLinesThroughThePoints) {
-  const auto t = parse_tuning(kPoints, "test");
+  const auto t = parse_tuning(kPoints, "test").points;
   EXPECT_DOUBLE_EQ(way_us(t, Choice::allreduce, 2, 16 * K, 0), 10);   // a point
   EXPECT_DOUBLE_EQ(way_us(t, Choice::allreduce, 2, 40 * K, 0), 25);   // halfway
   EXPECT_DOUBLE_EQ(way_us(t, Choice::allreduce, 2, 40 * K, 1), 30);
@@ -85,7 +86,7 @@ TEST(CostCurves, AlongTheSizeStraightLinesThroughThePoints) {
 }
 
 TEST(CostCurves, AlongTheRanksInterpolatedThenScaled) {
-  const auto t = parse_tuning(kPoints, "test");
+  const auto t = parse_tuning(kPoints, "test").points;
   // 5 ranks: halfway between 2 and 8.
   EXPECT_DOUBLE_EQ(way_us(t, Choice::allreduce, 5, 16 * K, 0), 55);
   EXPECT_DOUBLE_EQ(way_us(t, Choice::allreduce, 5, 16 * K, 1), 40);
@@ -104,8 +105,8 @@ TEST(CostCurves, AlongTheRanksInterpolatedThenScaled) {
 // (With one pair of times per point this is the faster way.)
 TEST(CostCurves, TheChoiceIsTheCheaperCurve) {
   ScopedEnv unset_reduce("SHOAL_DIRECT_REDUCE", nullptr), unset_alltoall("SHOAL_DIRECT_ALLTOALL", nullptr);
-  const auto held = cost_points();
-  const auto& points = *held;
+  const auto held = tuning();
+  const auto& points = held->points;
   for (Choice op : {Choice::allreduce, Choice::reduce, Choice::alltoall, Choice::alltoallv}) {
     int ways[2] = {0, 0};
     for (int p : {2, 3, 4, 6, 8, 12, 16, 64})
@@ -148,10 +149,10 @@ TEST(CostCurves, WithTwoPairsTheChoiceLosesLeastInTheWorse) {
   ScopedEnv unset_alltoall("SHOAL_DIRECT_ALLTOALL", nullptr);
   const std::string two = "direct alltoallv 4 65536 10 8 10 30\n"      // way 1 1.25x ahead, then 3x behind
                           "direct alltoallv 4 1048576 100 50 100 60\n";  // way 1 ahead in both
-  const auto t = parse_tuning(two, "test");
+  const auto t = parse_tuning(two, "test").points;
   EXPECT_DOUBLE_EQ(way_us(t, Choice::alltoallv, 4, 64 * K, 1), 8);
   EXPECT_DOUBLE_EQ(way_us(t, Choice::alltoallv, 4, 64 * K, 1, true), 30);
-  const auto one = parse_tuning("direct alltoallv 4 65536 10 8\n", "test");
+  const auto one = parse_tuning("direct alltoallv 4 65536 10 8\n", "test").points;
   EXPECT_DOUBLE_EQ(one[0].us2[0], 10);
   EXPECT_DOUBLE_EQ(one[0].us2[1], 8);
 
@@ -177,8 +178,8 @@ TEST(CostCurves, WithTwoPairsTheChoiceLosesLeastInTheWorse) {
 // several times over.
 TEST(CostCurves, BuiltInPointsCoverEveryOp) {
   ScopedEnv unset_file("SHOAL_TUNING", nullptr);
-  const auto held = cost_points();
-  const auto& points = *held;
+  const auto held = tuning();
+  const auto& points = held->points;
   for (Choice op : {Choice::allreduce, Choice::reduce, Choice::alltoall, Choice::alltoallv}) {
     int lo = 1 << 30, hi = 0;
     for (const auto& q : points)
@@ -201,7 +202,7 @@ TEST(CostCurves, TheFileSHOAL_TUNINGNamesDecides) {
   const bool built_in = Ways::current().reduce_one_shot(Choice::reduce, 16 * K, 2);
   {
     ScopedEnv file("SHOAL_TUNING", path.c_str());
-    EXPECT_EQ(cost_points()->size(), 4u);
+    EXPECT_EQ(tuning()->points.size(), 4u);
     EXPECT_TRUE(Ways::current().alltoall_pairwise(Choice::alltoallv, 16 * K, 2));
     EXPECT_FALSE(Ways::current().alltoall_pairwise(Choice::alltoall, size_t(64) << 20, 16));
     EXPECT_FALSE(Ways::current().reduce_one_shot(Choice::reduce, 16 * K, 2));
@@ -211,7 +212,7 @@ TEST(CostCurves, TheFileSHOAL_TUNINGNamesDecides) {
   {
     ScopedEnv missing("SHOAL_TUNING", "/nonexistent/shoal-tuning.txt");
     try {
-      cost_points();
+      tuning();
       ADD_FAILURE() << "a missing SHOAL_TUNING file was accepted";
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("SHOAL_TUNING='/nonexistent/shoal-tuning.txt'"), std::string::npos) << e.what();
@@ -224,9 +225,9 @@ TEST(CostCurves, TheFileSHOAL_TUNINGNamesDecides) {
   }
   {
     ScopedEnv file("SHOAL_TUNING", path.c_str());
-    const auto points = cost_points();
+    const auto held = tuning();
     size_t alltoall = 0, reduce = 0;
-    for (const auto& q : *points) {
+    for (const auto& q : held->points) {
       if (q.op == Choice::alltoall) ++alltoall;
       if (q.op == Choice::reduce) ++reduce;
     }
@@ -234,6 +235,70 @@ TEST(CostCurves, TheFileSHOAL_TUNINGNamesDecides) {
     EXPECT_GT(reduce, 0u);
     EXPECT_TRUE(Ways::current().alltoall_pairwise(Choice::alltoall, 16 * K, 2));
     EXPECT_EQ(Ways::current().reduce_one_shot(Choice::reduce, 16 * K, 2), built_in);
+  }
+  std::remove(path.c_str());
+}
+
+// Switch lines: a known name and a number of bytes or 'never', once each; anything else is an
+// error naming the line (an unknown name lists the switches).
+TEST(CostCurves, SwitchLinesParseAndRejectWhatTheyCannotUse) {
+  const Tuning t = parse_tuning("switch allreduce.mst_below 4096\nswitch hier.allgather.ring_from never  # off\n", "test");
+  EXPECT_TRUE(t.points.empty());
+  EXPECT_TRUE(t.has[static_cast<size_t>(Switch::allreduce_mst_below)]);
+  EXPECT_EQ(t.at(Switch::allreduce_mst_below), 4096u);
+  EXPECT_EQ(t.at(Switch::hier_allgather_ring_from), kNever);
+  EXPECT_FALSE(t.has[static_cast<size_t>(Switch::gather_mst_below)]);
+  struct Case {
+    std::string text, says;
+  };
+  const Case cases[] = {
+      {"switch allreduce.mst_below\n", "expected: switch NAME BYTES"},
+      {"switch allreduce.mst_below 4096 8192\n", "unexpected '8192'"},
+      {"switch allreduce.mst_below 4K\n", "not '4K'"},
+      {"switch allreduce.mst_below -1\n", "not '-1'"},
+      {"switch allreduce.mst 4096\n", "the switches: allreduce.mst_below, allreduce.bde_up_to"},
+      {"switch gather.mst_below 1\nswitch gather.mst_below 2\n", "line 2"},
+  };
+  for (const Case& c : cases) {
+    try {
+      parse_tuning(c.text, "the file");
+      ADD_FAILURE() << "accepted:\n" << c.text;
+    } catch (const InvalidArgument& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("the file"), std::string::npos) << m;
+      EXPECT_NE(m.find(c.says), std::string::npos) << "expected '" << c.says << "' in: " << m;
+    }
+  }
+}
+
+// A SHOAL_TUNING file's switches move the automatic choice between ranks that do not share
+// memory; the switches it does not set, and the direct points it has none of, stay built in.
+TEST(CostCurves, TheFilesSwitchesMoveTheChoiceOverTheNetwork) {
+  ScopedEnv unset_file("SHOAL_TUNING", nullptr);
+  const Ways built_in = Ways::current();
+  const size_t n_points = built_in.points().size();
+  const size_t mst_below = built_in.switch_at(Switch::allreduce_mst_below);
+  const size_t linear_from = built_in.switch_at(Switch::gather_mst_below);
+  ASSERT_LT(linear_from, size_t(64) << 20);
+  // Sizes past the built-in switch, where the file moves it further.
+  EXPECT_NE(choose_algo(OpKind::allreduce, Algo::automatic, mst_below * 2, 4, Topo::hosts, built_in), Algo::mst);
+  EXPECT_EQ(choose_algo(OpKind::gather, Algo::automatic, size_t(64) << 20, 4, Topo::hosts, built_in), Algo::linear);
+  const std::string path = ::testing::TempDir() + "shoal-tuning-switches.txt";
+  {
+    std::ofstream f(path);
+    f << "switch allreduce.mst_below " << mst_below * 4 << "\nswitch gather.mst_below never\n";
+  }
+  {
+    ScopedEnv file("SHOAL_TUNING", path.c_str());
+    const Ways w = Ways::current();
+    EXPECT_EQ(choose_algo(OpKind::allreduce, Algo::automatic, mst_below * 2, 4, Topo::hosts, w), Algo::mst);
+    EXPECT_EQ(choose_algo(OpKind::gather, Algo::automatic, size_t(64) << 20, 4, Topo::hosts, w), Algo::mst);
+    EXPECT_EQ(w.switch_at(Switch::broadcast_mst_below), built_in.switch_at(Switch::broadcast_mst_below));
+    EXPECT_EQ(w.points().size(), n_points);
+    EXPECT_EQ(w.digest(), built_in.digest());  // what the ranks of one host compare
+    EXPECT_NE(w.switches_digest(), built_in.switches_digest());  // what every rank compares
+    // Shared memory between every rank: the direct algorithms, whatever the switches.
+    EXPECT_EQ(choose_algo(OpKind::allreduce, Algo::automatic, mst_below * 2, 4, Topo::shm, w), Algo::direct);
   }
   std::remove(path.c_str());
 }

@@ -300,6 +300,28 @@ INSTANTIATE_TEST_SUITE_P(All, DirectWaysAgreement,
                          ::testing::Values("SHOAL_DIRECT_REDUCE", "SHOAL_DIRECT_ALLTOALL", "SHOAL_TUNING"),
                          [](const auto& info) { return info.param; });
 
+// The switches of the automatic choice over the network drive choices among ranks of any hosts:
+// a rank on another host that reads another switch fails the group's creation on every rank.
+TEST(SwitchesAgreement, RanksThatReadDifferentSwitchesFailTheGroupsCreation) {
+  const std::string path = ::testing::TempDir() + "shoal-tuning-switch-agreement.txt";
+  {
+    std::ofstream f(path);
+    f << "switch allgather.rd_below 4096\n";
+  }
+  RunConfig cfg = timed_config("shm", std::chrono::seconds(20), std::chrono::seconds(60));
+  cfg.before_construct = [path](int rank) {
+    setenv("SHOAL_HOST_ID", rank == 2 ? "test-host-b" : "test-host-a", 1);
+    if (rank == 2) setenv("SHOAL_TUNING", path.c_str(), 1);
+  };
+  const RunResult res = run_ranks_outcomes(3, cfg, [](Communicator&) { SH_CHECK(false) << "the group formed"; });
+  ASSERT_EQ(res.ranks.size(), 3u) << res.describe();
+  for (const auto& o : res.ranks) {
+    EXPECT_EQ(o.setup_kind, "InvalidArgument") << res.describe();
+    EXPECT_NE(o.message.find("ranks 0 and 2 read different switches"), std::string::npos) << o.message;
+  }
+  std::remove(path.c_str());
+}
+
 // A group keeps the ways it formed with: one rank changing the settings afterwards changes
 // nothing for the group's ops, which each rank still runs as the others do.
 TEST(DirectWaysAgreement, SettingsChangedAfterTheGroupFormedChangeNothingForIt) {

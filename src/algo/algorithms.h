@@ -43,9 +43,10 @@ void run_op(Ctx& c, const OpDesc& d);
 
 // The algorithm that runs `kind` for a message of `bytes` (allgatherv: the total) among `size`
 // ranks. `requested` is the per-call choice (or SHOAL_ALGO, applied by the caller); automatic
-// picks from the measured table in docs/algorithms.md. A requested algorithm that does not apply
-// to the op or topology throws InvalidArgument. Pure: the same answer on every rank.
-Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo);
+// picks by the group's tuning (`ways`: where each choice over the network switches, measured;
+// docs/algorithms.md). A requested algorithm that does not apply to the op or topology throws
+// InvalidArgument. Pure: the same answer on every rank of a group.
+Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo, const algo::Ways& ways);
 
 void allreduce(Ctx& c, Algo a, const void* in, void* out, size_t count);
 void broadcast(Ctx& c, Algo a, void* buf, size_t count, int root);

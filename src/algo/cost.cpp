@@ -29,21 +29,34 @@ const char* const kBuiltIn =
 // The ops with two ways, by Choice.
 constexpr const char* kChoiceNames[] = {"allreduce", "reduce", "alltoall", "alltoallv"};
 constexpr Choice kChoices[] = {Choice::allreduce, Choice::reduce, Choice::alltoall, Choice::alltoallv};
+// The switches, by Switch.
+constexpr const char* kSwitchNames[] = {
+    "allreduce.mst_below", "allreduce.bde_up_to", "allreduce.bde_up_to_odd_p",
+    "broadcast.mst_below", "broadcast.one_host.mst_below", "broadcast.chain_from",
+    "reduce.mst_below", "allgather.rd_below", "reduce_scatter.halving_below",
+    "gather.mst_below", "scatter.mst_below",
+    "hier.allreduce.split_from", "hier.broadcast.chain_from", "hier.allgather.ring_from"};
+static_assert(std::size(kSwitchNames) == kSwitches);
 
-// SHOAL_TUNING's points, with the built-in ones for the ops the file has none of.
-std::vector<CostPoint> load(const std::optional<std::string>& path) {
-  std::vector<CostPoint> built_in = parse_tuning(kBuiltIn, "the built-in tuning");
+// SHOAL_TUNING's tuning, with the built-in points for the ops the file has none of and the
+// built-in switches it does not set.
+Tuning load(const std::optional<std::string>& path) {
+  Tuning built_in = parse_tuning(kBuiltIn, "the built-in tuning");
+  for (size_t i = 0; i < kSwitches; ++i)
+    if (!built_in.has[i]) throw Error(std::string("the built-in tuning has no switch ") + kSwitchNames[i]);
   if (!path) return built_in;
   std::ifstream f(*path);
   if (!f) throw InvalidArgument("SHOAL_TUNING='" + *path + "': cannot read the file");
   std::stringstream s;
   s << f.rdbuf();
-  std::vector<CostPoint> points = parse_tuning(s.str(), "SHOAL_TUNING='" + *path + "'");
+  Tuning t = parse_tuning(s.str(), "SHOAL_TUNING='" + *path + "'");
   for (Choice op : kChoices)
-    if (std::none_of(points.begin(), points.end(), [&](const CostPoint& q) { return q.op == op; }))
-      for (const CostPoint& q : built_in)
-        if (q.op == op) points.push_back(q);
-  return points;
+    if (std::none_of(t.points.begin(), t.points.end(), [&](const CostPoint& q) { return q.op == op; }))
+      for (const CostPoint& q : built_in.points)
+        if (q.op == op) t.points.push_back(q);
+  for (size_t i = 0; i < kSwitches; ++i)
+    if (!t.has[i]) t.switches[i] = built_in.switches[i], t.has[i] = true;
+  return t;
 }
 
 // The value at n of the straight lines through (xs[i], ys[i]), xs ascending: below the first
@@ -105,19 +118,20 @@ Curves curves_for(const std::vector<CostPoint>& points, Choice op, int p) {
 }  // namespace
 
 const char* choice_name(Choice c) { return kChoiceNames[static_cast<int>(c)]; }
+const char* switch_name(Switch s) { return kSwitchNames[static_cast<size_t>(s)]; }
 
-std::shared_ptr<const std::vector<CostPoint>> cost_points() {
+std::shared_ptr<const Tuning> tuning() {
   // Read again only when SHOAL_TUNING names another file (tests set it per group).
   static std::mutex mu;
   static std::optional<std::string> loaded_path;
-  static std::shared_ptr<const std::vector<CostPoint>> points;
+  static std::shared_ptr<const Tuning> loaded;
   const auto path = params::text("SHOAL_TUNING");
   std::lock_guard<std::mutex> lock(mu);
-  if (!points || path != loaded_path) {
-    points = std::make_shared<const std::vector<CostPoint>>(load(path));
+  if (!loaded || path != loaded_path) {
+    loaded = std::make_shared<const Tuning>(load(path));
     loaded_path = path;
   }
-  return points;
+  return loaded;
 }
 
 double way_us(const std::vector<CostPoint>& points, Choice op, int p, size_t n, int way, bool second) {
@@ -142,7 +156,7 @@ double way_us(const std::vector<CostPoint>& points, Choice op, int p, size_t n, 
 
 Ways Ways::current() {
   Ways w;
-  w.points_ = cost_points();
+  w.tuning_ = tuning();
   for (int i : {0, 1}) {
     const auto forced = params::choice(i == 0 ? "SHOAL_DIRECT_REDUCE" : "SHOAL_DIRECT_ALLTOALL");
     if (forced && *forced != "auto") w.forced_[i] = *forced == "one_shot" || *forced == "scratch" ? 0 : 1;
@@ -156,21 +170,21 @@ int Ways::cheaper(Choice op, size_t n, int p) const {
   if (forced >= 0) return forced;
   // Per thread, the points last used and the curves of each op at the group size last asked for;
   // holding the points keeps their address from being reused by others.
-  thread_local std::shared_ptr<const std::vector<CostPoint>> points;
+  thread_local std::shared_ptr<const Tuning> held;
   thread_local Curves curves[std::size(kChoices)];  // by Choice
-  if (points != points_) {
-    points = points_;
+  if (held != tuning_) {
+    held = tuning_;
     for (Curves& c : curves) c.ranks = 0;
   }
   Curves& c = curves[i];
-  if (c.ranks != p) c = curves_for(*points, op, p);
+  if (c.ranks != p) c = curves_for(held->points, op, p);
   return c.cheaper(n);
 }
 
 uint64_t Ways::digest() const {
   direct::Sig d;
-  d.add(points_->size());
-  for (const auto& q : *points_)
+  d.add(points().size());
+  for (const auto& q : points())
     d.add(static_cast<uint64_t>(q.op)).add(static_cast<uint64_t>(q.ranks)).add(q.bytes)
         .add(std::bit_cast<uint64_t>(q.us[0])).add(std::bit_cast<uint64_t>(q.us[1]))
         .add(std::bit_cast<uint64_t>(q.us2[0])).add(std::bit_cast<uint64_t>(q.us2[1]));
@@ -178,8 +192,16 @@ uint64_t Ways::digest() const {
   return d.value();
 }
 
-std::vector<CostPoint> parse_tuning(const std::string& text, const std::string& where) {
-  std::vector<CostPoint> out;
+uint64_t Ways::switches_digest() const {
+  direct::Sig d;
+  for (size_t at : tuning_->switches) d.add(at);
+  return d.value();
+}
+
+Tuning parse_tuning(const std::string& text, const std::string& where) {
+  Tuning t;
+  std::vector<CostPoint>& out = t.points;
+  bool any = false;
   std::istringstream in(text);
   std::string line;
   for (int no = 1; std::getline(in, line); ++no) {
@@ -190,7 +212,27 @@ std::vector<CostPoint> parse_tuning(const std::string& text, const std::string& 
     auto bad = [&](const std::string& why) {
       throw InvalidArgument(where + ", line " + std::to_string(no) + " ('" + line + "'): " + why);
     };
-    if (kind != "direct") bad("expected 'direct', the only kind of line a tuning file has");
+    any = true;
+    if (kind == "switch") {
+      std::string name, at, more;
+      if (!(w >> name >> at)) bad("expected: switch NAME BYTES");
+      if (w >> more) bad("unexpected '" + more + "' after the bytes");
+      const auto* named = std::find_if(std::begin(kSwitchNames), std::end(kSwitchNames), [&](const char* k) { return name == k; });
+      if (named == std::end(kSwitchNames)) {
+        std::string names;
+        for (const char* k : kSwitchNames) names += std::string(names.empty() ? "" : ", ") + k;
+        bad("unknown switch '" + name + "' (the switches: " + names + ")");
+      }
+      const size_t i = static_cast<size_t>(named - std::begin(kSwitchNames));
+      if (t.has[i]) bad("a second line for the switch " + name);
+      size_t bytes = 0;
+      const auto got = std::from_chars(at.data(), at.data() + at.size(), bytes);
+      if (at == "never") bytes = kNever;
+      else if (got.ec != std::errc() || got.ptr != at.data() + at.size()) bad("expected a number of bytes or 'never', not '" + at + "'");
+      t.switches[i] = bytes, t.has[i] = true;
+      continue;
+    }
+    if (kind != "direct") bad("expected 'direct' or 'switch', the kinds of line a tuning file has");
     CostPoint q;
     w >> op;
     const auto* named = std::find_if(std::begin(kChoices), std::end(kChoices), [&](Choice k) { return op == choice_name(k); });
@@ -217,8 +259,9 @@ std::vector<CostPoint> parse_tuning(const std::string& text, const std::string& 
         bad("a second line for " + op + " at " + std::to_string(q.ranks) + " ranks and " + std::to_string(q.bytes) + " bytes");
     out.push_back(q);
   }
-  if (out.empty()) throw InvalidArgument(where + ": no points (lines 'direct OP RANKS BYTES WAY0_US WAY1_US')");
-  return out;
+  if (!any)
+    throw InvalidArgument(where + ": no points (lines 'direct OP RANKS BYTES WAY0_US WAY1_US') and no switches ('switch NAME BYTES')");
+  return t;
 }
 
 }  // namespace shoal::algo

@@ -1,6 +1,8 @@
-// The machine-dependent part of the automatic choice, as code: where an op has two ways of
-// running on one host, each has a cost curve measured on the machine, and the choice is the
-// cheaper curve at the op's size.
+// The machine-dependent part of the automatic choice, as data measured on the machine: where an
+// op has two ways of running on one host, each has a cost curve, and the choice is the cheaper
+// curve at the op's size; between ranks that do not share memory, the sizes at which the choice
+// changes algorithm (Switch, below). Both come from one file: the built-in cost_points.inc, or
+// the one SHOAL_TUNING names.
 //
 // - The direct allreduce and reduce above the small protocol (direct_allreduce.cpp): way 0 is one
 //   shot (every rank, or the root, reads every peer's whole input after one barrier), way 1 two
@@ -38,6 +40,32 @@ namespace shoal::algo {
 enum class Choice : uint8_t { allreduce, reduce, alltoall, alltoallv };
 const char* choice_name(Choice c);
 
+// Where the automatic choice between ranks that do not share memory changes algorithm
+// (select.cpp), and where a hierarchical op changes form (hierarchical.cpp): bytes of the op's
+// message as choose_algo counts them. Each is a point measured on the machine: a tuning file's
+// `switch NAME BYTES` lines, else the built-in ones (docs/algorithms.md, "Where the choice
+// changes", has each one's meaning and the command that measures it).
+enum class Switch : uint8_t {
+  allreduce_mst_below,           // allreduce: mst below
+  allreduce_bde_up_to,           //   bde up to here (p a power of two), ring above
+  allreduce_bde_up_to_odd_p,     //   bde up to here otherwise
+  broadcast_mst_below,           // broadcast: mst below, scatter_allgather above
+  broadcast_one_host_mst_below,  //   one host over TCP: mst below,
+  broadcast_chain_from,          //   linear below, the chain (ring) from here
+  reduce_mst_below,              // reduce: mst below, ring from here
+  allgather_rd_below,            // allgather: rd below, ring from here
+  reduce_scatter_halving_below,  // reduce_scatter: halving (rd) below, ring from here
+  gather_mst_below,              // gather: mst below, linear from here
+  scatter_mst_below,             // scatter: the same
+  hier_allreduce_split_from,     // hier allreduce: the leader form below, the split form from here
+  hier_broadcast_chain_from,     // hier broadcast: the two-level tree below, the chain from here
+  hier_allgather_ring_from,      // hier allgather: the leader form below, the ring from here
+  count
+};
+inline constexpr size_t kSwitches = static_cast<size_t>(Switch::count);
+const char* switch_name(Switch s);  // as a tuning file names it: "allreduce.mst_below"
+inline constexpr size_t kNever = SIZE_MAX;  // a switch at this many bytes: the first way everywhere
+
 // One measured point: both ways of `op` at `ranks` ranks and `bytes` (allreduce, reduce: per
 // rank; alltoall(v): all blocks of a rank).
 struct CostPoint {
@@ -48,10 +76,19 @@ struct CostPoint {
   double us2[2] = {0, 0};  // the second pair (above); us where there is one only
 };
 
-// The points in effect: SHOAL_TUNING's (with the built-in ones for an op it has none of), else
-// the built-in ones; the file is read when first needed and again only if SHOAL_TUNING changes.
-// Throws InvalidArgument naming the file if it cannot be used.
-std::shared_ptr<const std::vector<CostPoint>> cost_points();
+// What a tuning file holds: the measured points of the direct ops' two ways, and the switches.
+struct Tuning {
+  std::vector<CostPoint> points;
+  size_t switches[kSwitches] = {};  // by Switch,
+  bool has[kSwitches] = {};         // where the file has a line for it
+  size_t at(Switch s) const { return switches[static_cast<size_t>(s)]; }
+};
+
+// The tuning in effect: SHOAL_TUNING's (with the built-in points for an op it has none of, and
+// the built-in switches it does not name), else the built-in one; the file is read when first
+// needed and again only if SHOAL_TUNING changes. Throws InvalidArgument naming the file if it
+// cannot be used.
+std::shared_ptr<const Tuning> tuning();
 
 // The cost of `way` of `op` at p ranks and n bytes, from `points`. Along n:
 // the straight line through the two measured sizes around n (below the smallest: its time; above
@@ -80,20 +117,27 @@ class Ways {
   // host takes the pairwise exchange over the rings rather than the scratch slots.
   bool alltoall_pairwise(Choice op, size_t n, int p) const { return cheaper(op, n, p) == 1; }
 
-  // A digest of all of the above. Ranks with different digests could run one op different ways,
-  // so the group's creation compares them (rendezvous).
+  // Where the automatic choice over the network changes (Switch).
+  size_t switch_at(Switch s) const { return tuning_->at(s); }
+
+  // A digest of the points and forced ways. Ranks of one host with different digests could run
+  // one op different ways, so the group's creation compares them (rendezvous).
   uint64_t digest() const;
-  const std::vector<CostPoint>& points() const { return *points_; }
+  // A digest of the switches, which every rank of a group must agree on (the choices they drive
+  // run among ranks of any hosts).
+  uint64_t switches_digest() const;
+  const std::vector<CostPoint>& points() const { return tuning_->points; }
 
  private:
-  std::shared_ptr<const std::vector<CostPoint>> points_;
+  std::shared_ptr<const Tuning> tuning_;
   int forced_[2] = {-1, -1};  // allreduce and reduce, alltoall(v): the way, or -1 for the cheaper
 };
 
-// Parses a tuning file: '#' comments, and one line per measured point,
+// Parses a tuning file: '#' comments, one line per measured point,
 //   direct <allreduce|reduce|alltoall|alltoallv> <ranks> <bytes> <way 0 µs> <way 1 µs> [<way 0 µs> <way 1 µs>]
-// the second pair from another round (above).
+// the second pair from another round (above), and one per switch it sets,
+//   switch <name> <bytes|never>
 // Throws InvalidArgument naming `where` and the line.
-std::vector<CostPoint> parse_tuning(const std::string& text, const std::string& where);
+Tuning parse_tuning(const std::string& text, const std::string& where);
 
 }  // namespace shoal::algo

@@ -14,7 +14,7 @@ using namespace algo;
 // An algorithm named here was chosen and checked on the caller's thread (Communicator::algo_for);
 // automatic comes from the hierarchical algorithms, for their subgroups.
 Algo resolve(Ctx& c, OpKind k, Algo a, size_t bytes) {
-  return a == Algo::automatic ? choose_algo(k, a, bytes, c.size, c.topo) : a;
+  return a == Algo::automatic ? choose_algo(k, a, bytes, c.size, c.topo, c.ways()) : a;
 }
 
 // The registry's function of `a` for op `k` (resolve checked that k has it).

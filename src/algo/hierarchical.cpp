@@ -12,43 +12,41 @@
 //   C_reduce(l, n)[shm] + C_allreduce(h, n)[net] + C_bcast(l, n)[shm]
 // against the flat ring's 2·(p-1)/p·n·β_t on every rank's network share: the network carries each
 // host's vector once (2·(h-1)/h·n per leader) instead of the ring's full share from every host.
-// Allreduce, split form (every host the same number of ranks l, at least kSplitFrom bytes): ring
-// reduce-scatter inside each host, so local rank i holds block i (n/l) reduced over its host; the
-// l ranks with the same local index allreduce their block across hosts (l smaller allreduces side
-// by side, over l network connections per host pair); ring allgather inside each host.
+// Allreduce, split form (every host the same number of ranks l, from the switch
+// hier.allreduce.split_from: cost.h): ring reduce-scatter inside each host, so local rank i holds
+// block i (n/l) reduced over its host; the l ranks with the same local index allreduce their block
+// across hosts (l smaller allreduces side by side, over l network connections per host pair); ring
+// allgather inside each host.
 //   2·(l-1)/l·n·β_s + (l-1)/l·n·γ + C_allreduce(h, n/l)[net] + 2(l-1)·α_s
 // No rank handles more than its 1/l share on the network and no leader is a bottleneck.
 // Broadcast: the root's host is led by the root; one tree, pipelined end to end in kChunkBytes
 // messages: a binomial tree over the leaders, and a binomial tree inside each host below its
 // leader:  (⌈lg h⌉ + ⌈lg l⌉ + n/kChunkBytes - 1)·(α + kChunkBytes·β) at the deepest rank, the
-// root's network link carrying ⌈lg h⌉·n. From kChainFrom bytes a chain through the root's host,
-// then host by host: (p - 2 + n/kChunkBytes)·(α + kChunkBytes·β); every rank sends n once and
-// only h - 1 links cross hosts (bandwidth-optimal; the flat chain crosses hosts at every link of
-// an interleaved layout).
+// root's network link carrying ⌈lg h⌉·n. From hier.broadcast.chain_from a chain through the
+// root's host, then host by host: (p - 2 + n/kChunkBytes)·(α + kChunkBytes·β); every rank sends n
+// once and only h - 1 links cross hosts (bandwidth-optimal; the flat chain crosses hosts at every
+// link of an interleaved layout).
 // Reduce: reduce inside each host to its leader (the root on its host), then across the leaders to
 // the root:  C_reduce(l, n)[shm] + C_reduce(h, n)[net].
-// Allgather(v), leader form (below kRingFrom bytes in total): each host's blocks are gathered by its
-// leader, the leaders allgather whole hosts' blocks (straight in the output when every host's ranks
-// are consecutive, else packed in scratch by host), and each leader broadcasts the full result
-// inside its host:  (l-1)·α_s + n_host·β_s + C_allgather(h, n)[net] + C_bcast(l, n)[shm].
-// From kRingFrom: the ring allgather with ring positions host by host, so that only h of its
-// links cross hosts: (p-1)·α + (p-1)/p·n·β, no rank handling more than its share (the leader
-// form's leaders handle all of their host's traffic, a bottleneck for large n).
+// Allgather(v), leader form (below hier.allgather.ring_from in total): each host's blocks are
+// gathered by its leader, the leaders allgather whole hosts' blocks (straight in the output when
+// every host's ranks are consecutive, else packed in scratch by host), and each leader broadcasts
+// the full result inside its host:  (l-1)·α_s + n_host·β_s + C_allgather(h, n)[net] + C_bcast(l, n)[shm].
+// From hier.allgather.ring_from: the ring allgather with ring positions host by host, so that
+// only h of its links cross hosts: (p-1)·α + (p-1)/p·n·β, no rank handling more than its share
+// (the leader form's leaders handle all of their host's traffic, a bottleneck for large n).
 //
 // Except for broadcast, the stages run one after the other (a host's stage starts once the network
 // stage is done); the flat algorithms inside each stage are pipelined as usual.
 #include "algo/common.h"
+#include "algo/cost.h"
 #include "shoal/error.h"
 
 namespace shoal::algo {
 namespace {
 
-// Allreduce: the split form from this many bytes, when every host has the same number of ranks.
-constexpr size_t kSplitFrom = size_t(256) << 10;
-// Broadcast: the host-ordered chain from this many bytes (the two-level binomial tree below).
-constexpr size_t kChainFrom = size_t(256) << 10;
-// Allgather: the host-ordered ring from this many bytes in total (the leader form below).
-constexpr size_t kRingFrom = size_t(1) << 20;
+// Whether an op of `bytes` is past `s`, where it changes form (the group's tuning).
+bool from(const Ctx& c, Switch s, size_t bytes) { return bytes >= c.ways().switch_at(s); }
 
 const HostMap& hosts_of(const Ctx& c) {
   if (!c.hosts()) throw Error(std::string(c.what) + ": internal error: no host layout for a hierarchical algorithm");
@@ -122,7 +120,7 @@ bool consecutive(const HostMap& m) {
 
 void allreduce_hier(Ctx& c, const void* in, void* out, size_t count) {
   const HostMap& m = hosts_of(c);
-  if (m.uniform() && m.ranks[0].size() > 1 && count * c.esize >= kSplitFrom && count >= m.ranks[0].size())
+  if (m.uniform() && m.ranks[0].size() > 1 && from(c, Switch::hier_allreduce_split_from, count * c.esize) && count >= m.ranks[0].size())
     return allreduce_split(c, m, in, out, count);
   Layout l = layout(c, -1);
   Ctx local(c, l.local, Topo::one_host_tcp);
@@ -137,7 +135,7 @@ void allreduce_hier(Ctx& c, const void* in, void* out, size_t count) {
 void broadcast_hier(Ctx& c, void* buf, size_t count, int root) {
   const HostMap& m = hosts_of(c);
   const size_t n = count * c.esize;
-  if (n >= kChainFrom) {  // the chain: root, its host, then host by host
+  if (from(c, Switch::hier_broadcast_chain_from, n)) {  // the chain: root, its host, then host by host
     const std::vector<int> order = host_order(m, root);
     const int v = position(order, c.rank), p = c.size;
     std::vector<int> next;
@@ -181,7 +179,7 @@ void allgatherv_hier(Ctx& c, const void* in, void* out, const std::vector<size_t
   const HostMap& m = hosts_of(c);
   const Blocks b = counted_blocks(counts, c.esize);
   uint8_t* o = u8(out);
-  if (b.total() >= kRingFrom) {  // the ring, host by host
+  if (from(c, Switch::hier_allgather_ring_from, b.total())) {  // the ring, host by host
     const std::vector<int> order = host_order(m, 0);
     const int p = c.size, v = position(order, c.rank);
     // Ring position k holds rank order[k]'s block, at that rank's place in the output.

@@ -1,33 +1,15 @@
 // The automatic choice of algorithm and the check of a requested one (docs/algorithms.md has
-// the table and the reasoning). Pure: the same answer on every rank for the same arguments.
+// the table and the reasoning). Between ranks that do not share memory the choice changes where
+// the group's tuning says (cost.h, Switch: measured points, built in or SHOAL_TUNING's). Pure:
+// the same answer on every rank for the same arguments and tuning.
 #include <string>
 
 #include "algo/algorithms.h"
+#include "algo/cost.h"
 #include "algo/registry.h"
 #include "shoal/error.h"
 
 namespace shoal {
-namespace {
-
-// Thresholds (bytes of the op's message: allgatherv the total gathered, reduce_scatter / gather /
-// scatter the whole size·count vector, alltoallv the larger of sent and received).
-// allreduce over TCP, measured with scripts/tune_algos.py (docs/algorithms.md): the binomial
-// tree wins while latency dominates; BDE up to several MiB when p is a power of two (its fold
-// costs an extra full-vector exchange otherwise); ring above.
-constexpr size_t kAllreduceMstBelow = size_t(32) << 10;         // allreduce: mst below this
-constexpr size_t kAllreduceBdeUpTo = size_t(8) << 20;           //   bde up to this (p = 2^k), ring above
-constexpr size_t kAllreduceBdeUpToOddP = size_t(256) << 10;     //   bde up to this otherwise
-// The rest, measured the same way (4 ranks over TCP; docs/algorithms.md has the tables).
-constexpr size_t kBroadcastBinomialBelow = size_t(2) << 20;     // broadcast: mst below; above scatter_allgather
-constexpr size_t kBroadcastChainFrom = size_t(32) << 20;        //   (one host over TCP: linear, fewest bytes, and
-                                                                //   the chain from here: as few bytes, the copies
-                                                                //   spread over the ranks; docs/algorithms.md)
-constexpr size_t kReduceBinomialBelow = SIZE_MAX;               // reduce: mst everywhere (ring never won clearly)
-constexpr size_t kAllgatherRdBelow = size_t(8) << 20;           // allgather: rd below, ring above
-constexpr size_t kReduceScatterHalvingBelow = 0;                // reduce_scatter: ring everywhere (halving never won)
-constexpr size_t kGatherLinearFrom = size_t(64) << 10;          // gather/scatter: mst below, linear above
-
-}  // namespace
 
 const char* op_kind_name(OpKind k) {
   switch (k) {
@@ -44,7 +26,9 @@ const char* op_kind_name(OpKind k) {
   return "op";
 }
 
-Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo) {
+Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo, const algo::Ways& ways) {
+  using algo::Switch;
+  auto below = [&](Switch s) { return bytes < ways.switch_at(s); };
   const bool shm_all = topo == Topo::shm;
   const bool several_hosts = topo == Topo::hosts || topo == Topo::hosts_shm;
   // Hosts with shared memory inside: the hierarchical algorithms (hierarchical.cpp) keep most
@@ -72,29 +56,35 @@ Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo)
     case OpKind::allreduce:
       if (shm_all) return Algo::direct;
       if (hier) return Algo::hier;
-      if (bytes < kAllreduceMstBelow) return Algo::mst;
-      return bytes <= ((size & (size - 1)) == 0 ? kAllreduceBdeUpTo : kAllreduceBdeUpToOddP) ? Algo::bde : Algo::ring;
+      if (below(Switch::allreduce_mst_below)) return Algo::mst;
+      return bytes <= ways.switch_at((size & (size - 1)) == 0 ? Switch::allreduce_bde_up_to : Switch::allreduce_bde_up_to_odd_p)
+                 ? Algo::bde
+                 : Algo::ring;
     case OpKind::broadcast:
       if (shm_all) return Algo::direct;
       if (hier) return Algo::hier;
-      if (bytes < kBroadcastBinomialBelow) return Algo::mst;
-      if (topo == Topo::one_host_tcp) return bytes < kBroadcastChainFrom ? Algo::linear : Algo::ring;
-      return Algo::scatter_allgather;
+      if (topo == Topo::one_host_tcp) {
+        if (below(Switch::broadcast_one_host_mst_below)) return Algo::mst;
+        return below(Switch::broadcast_chain_from) ? Algo::linear : Algo::ring;
+      }
+      return below(Switch::broadcast_mst_below) ? Algo::mst : Algo::scatter_allgather;
     case OpKind::reduce:
       if (shm_all) return Algo::direct;
       if (hier) return Algo::hier;
-      return bytes < kReduceBinomialBelow ? Algo::mst : Algo::ring;
+      return below(Switch::reduce_mst_below) ? Algo::mst : Algo::ring;
     case OpKind::allgatherv:
       if (shm_all) return Algo::direct;
       if (hier) return Algo::hier;
-      return bytes < kAllgatherRdBelow ? Algo::rd : Algo::ring;
+      return below(Switch::allgather_rd_below) ? Algo::rd : Algo::ring;
     case OpKind::reduce_scatter:
       if (shm_all) return Algo::direct;
-      return bytes < kReduceScatterHalvingBelow ? Algo::rd : Algo::ring;
+      return below(Switch::reduce_scatter_halving_below) ? Algo::rd : Algo::ring;
     case OpKind::gather:
+      if (shm_all) return Algo::direct;
+      return below(Switch::gather_mst_below) ? Algo::mst : Algo::linear;
     case OpKind::scatter:
       if (shm_all) return Algo::direct;
-      return bytes < kGatherLinearFrom ? Algo::mst : Algo::linear;
+      return below(Switch::scatter_mst_below) ? Algo::mst : Algo::linear;
     case OpKind::alltoallv: return shm_all ? Algo::direct : Algo::ring;
     case OpKind::barrier: return shm_all ? Algo::direct : Algo::rd;
   }

@@ -40,9 +40,10 @@ const std::vector<Param> kParams = {
      "automatic"},
     {"SHOAL_TUNING", Kind::text, 0, 0, nullptr,
      "a file of costs measured on this machine, which the automatic choice of algorithm uses instead of the "
-     "built-in ones (`scripts/tune_algos.py --direct` writes it; `docs/algorithms.md`, \"Measured cost "
-     "curves\"); it may hold points for some ops only. Read when a group forms, as are the two below; set them the same "
-     "for every rank of a host (the group's creation checks)",
+     "built-in ones (`scripts/tune_algos.py` writes it; `docs/algorithms.md`, \"Measured cost curves\" and "
+     "\"Where the choice changes\"); it may hold points for some ops only, and some switches only. Read when a "
+     "group forms, as are the two below; set them the same for every rank of a host, and its `switch` lines the "
+     "same for every rank of a group (the group's creation checks)",
      "the built-in costs (`src/algo/cost_points.inc`), measured on a 2-core AMD EPYC"},
     {"SHOAL_DIRECT_REDUCE", Kind::choice, 0, 0, "auto,one_shot,two_shot",
      "for tuning and tests: how the shared-memory allreduce and reduce above 8 KiB run: `one_shot` (every rank "

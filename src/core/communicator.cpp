@@ -354,11 +354,11 @@ struct Communicator::Impl final : WorkDriver {
   Algo pick(OpKind kind, Algo requested, size_t bytes) const {
     if (const Algo forced = env_algo.for_op(kind); requested == Algo::automatic && forced != Algo::automatic) {
       try {
-        return choose_algo(kind, forced, bytes, size, topo.topo);
+        return choose_algo(kind, forced, bytes, size, topo.topo, topo.ways);
       } catch (const InvalidArgument&) {  // SHOAL_ALGO names an algorithm this op does not have
       }
     }
-    return choose_algo(kind, requested, bytes, size, topo.topo);
+    return choose_algo(kind, requested, bytes, size, topo.topo, topo.ways);
   }
   uint64_t signature(OpKind kind, DType dt, ReduceOp op, size_t count, int root, Algo algo, uint64_t extra) {
     const uint64_t what = call_what(static_cast<uint64_t>(kind), dt, op, algo, root + 1);

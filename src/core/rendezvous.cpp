@@ -224,16 +224,25 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   // the group's creation on a value that cannot be used (SHOAL_TUNING, SHOAL_DIRECT_*), not an op.
   const std::string me = host_identity(), my_network = network_identity();
   topo.ways = algo::Ways::current();
-  const std::string my_tuning = std::to_string(topo.ways.digest());
+  const std::string my_tuning = std::to_string(topo.ways.digest()) + "/" + std::to_string(topo.ways.switches_digest());
   auto ids = all_gather(store, "hostid", rank, size, me + "|" + my_network + "|" + my_tuning, deadline);
   std::vector<std::string> host_ids(size);
   bool peer_elsewhere = false;
-  std::vector<std::string> tunings(size);
+  std::vector<std::string> tunings(size), switches(size);
   for (int r = 0; r < size; ++r) {
-    const size_t tbar = ids[r].rfind('|'), bar = ids[r].rfind('|', tbar - 1);
+    const size_t tbar = ids[r].rfind('|'), bar = ids[r].rfind('|', tbar - 1), slash = ids[r].rfind('/');
     host_ids[r] = ids[r].substr(0, bar);
     peer_elsewhere = peer_elsewhere || ids[r].substr(bar + 1, tbar - bar - 1) != my_network;
-    tunings[r] = ids[r].substr(tbar + 1);
+    tunings[r] = ids[r].substr(tbar + 1, slash - tbar - 1);
+    switches[r] = ids[r].substr(slash + 1);
+  }
+  // The switches drive choices among ranks of any hosts: every rank must read the same.
+  for (int r = 1; r < size; ++r) {
+    if (switches[r] == switches[0]) continue;
+    hold_store_until_read(store, "hostid", rank, size, deadline);
+    throw InvalidArgument("ranks 0 and " + std::to_string(r) +
+                          " read different switches of the automatic choice (SHOAL_TUNING's 'switch' lines): set "
+                          "them the same for every rank of a group");
   }
   // The choices they drive run among the ranks of one host: each host's ranks must agree (hosts
   // of other kinds may have files of their own). Every rank finds the same first pair.
