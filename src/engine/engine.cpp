@@ -303,10 +303,9 @@ void Engine::wait(Request* const* reqs, size_t n) {
 // over TCP (a scatter's or broadcast's leaves and root, a gather's) has nothing to do until the
 // kernel has moved more of it, and epoll says exactly when; yielding meanwhile calls recv/send
 // into EAGAIN and switches tasks thousands of times, taking the core from the rank that does the
-// copies. Measured with 4 ranks over loopback TCP on 2 cores (BENCHMARKS.md, "Waiting for
-// one-way TCP transfers"): 16 MiB scatter spent 22% less CPU and ran 15-20% faster without the
-// yield phase; exchanges (allreduce, allgather, all-to-all) ran 5-10% slower without it, so they
-// keep it.
+// copies. So a one-way bulk transfer sleeps on epoll at once, and exchanges (allreduce,
+// allgather, all-to-all), which measured slower without the yield phase, keep it (BENCHMARKS.md,
+// "Waiting for one-way TCP transfers").
 bool Engine::one_way_bulk(Request* const* reqs, size_t n) const {
   if (!any_fd_) return false;  // no socket links: no walk over the requests
   size_t left = 0;

@@ -34,9 +34,9 @@ using Clock = std::chrono::steady_clock;
 // Where a rank publishes the address its peers dial, or "!" and why it cannot take part.
 
 // SO_SNDBUF/SO_RCVBUF to request; 0 leaves the buffers to the kernel's autotuning. Setting them
-// turns autotuning off, and on loopback (2 processes, 64 MiB messages) fixed 4 MiB buffers cost
-// about 20% more CPU per byte than autotuned ones (cache footprint), while on long-haul paths
-// autotuning grows past 4 MiB anyway (tcp_rmem max). Failures to set them are ignored.
+// turns autotuning off: fixed large buffers cost more CPU per byte on loopback (their cache
+// footprint), and on long-haul paths autotuning grows past them anyway (tcp_rmem max). Failures
+// to set them are ignored.
 constexpr int kSocketBuffer = 0;
 constexpr uint32_t kHelloMagic = 0x53484f4c;  // "SHOL"
 constexpr size_t kHelloBytes = kTcpHelloBytes;
