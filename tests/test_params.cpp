@@ -226,3 +226,31 @@ TEST(Params, AlgoPerOp) {
     }
   }
 }
+
+// The launch contract's place in the group, as the public API gives it to front doors.
+TEST(Params, PlacementFromEnvReadsRankAndSizeOrSaysWhatIsMissing) {
+  {
+    ScopedEnv r("SHOAL_RANK", "2"), n("SHOAL_WORLD_SIZE", "5");
+    const shoal::Placement p = shoal::placement_from_env();
+    EXPECT_EQ(p.rank, 2);
+    EXPECT_EQ(p.size, 5);
+  }
+  {
+    ScopedEnv r("SHOAL_RANK", "2"), n("SHOAL_WORLD_SIZE", nullptr);
+    try {
+      shoal::placement_from_env();
+      ADD_FAILURE() << "accepted an unset SHOAL_WORLD_SIZE";
+    } catch (const shoal::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("SHOAL_RANK and SHOAL_WORLD_SIZE must be set"), std::string::npos) << e.what();
+    }
+  }
+  {
+    ScopedEnv r("SHOAL_RANK", "two"), n("SHOAL_WORLD_SIZE", "5");
+    try {
+      shoal::placement_from_env();
+      ADD_FAILURE() << "accepted SHOAL_RANK=two";
+    } catch (const shoal::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("SHOAL_RANK"), std::string::npos) << e.what();
+    }
+  }
+}

@@ -6,8 +6,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "backend.h"
-#include "core/doctor.h"
-#include "base/params.h"
+#include "shoal/doctor.h"
 
 namespace py = pybind11;
 using shoal_torch::BackendShoal;
@@ -97,7 +96,7 @@ Options of the shoal backend; pass as ``init_process_group("shoal", pg_options=.
         return json ? shoal::doctor::json(v) : shoal::doctor::text(v);
       },
       py::arg("items"), py::arg("json"), "The report as text, or as JSON");
-  m.def("doctor_params", &shoal::params::markdown_table, "Every SHOAL_* variable: meaning and default (markdown)");
+  m.def("doctor_params", &shoal::doctor::settings, "Every SHOAL_* variable: meaning and default (markdown)");
 
   // The creator torch.distributed calls (register_backend(..., extended_api=True)).
   m.def(

@@ -86,6 +86,14 @@ class FileStore : public Store {
   std::string path_;
 };
 
+// This process's place in the group by the environment contract (docs/launch.md): SHOAL_RANK and
+// SHOAL_WORLD_SIZE. Throws InvalidArgument when either is unset or not a number.
+struct Placement {
+  int rank;
+  int size;
+};
+Placement placement_from_env();
+
 // Store from the environment contract: SHOAL_STORE=host:port (TcpStore; rank 0 runs the server
 // unless SHOAL_STORE_SERVER=0, e.g. when a standalone `shoal-store` serves) or a file path
 // (FileStore; anything containing '/').

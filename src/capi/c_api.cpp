@@ -8,7 +8,6 @@
 #include <memory>
 #include <string>
 
-#include "base/params.h"
 #include "shoal/communicator.h"
 #include "shoal/error.h"
 
@@ -90,10 +89,7 @@ shoal_result shoal_comm_create_from_env(int64_t timeout_ms, shoal_comm** out) {
   return guard([&] {
     if (!out) throw shoal::InvalidArgument("shoal_comm_create_from_env: null output pointer");
     *out = nullptr;
-    const auto n = shoal::params::integer("SHOAL_WORLD_SIZE");
-    const auto r = shoal::params::integer("SHOAL_RANK");
-    if (!r || !n) throw shoal::InvalidArgument("SHOAL_RANK and SHOAL_WORLD_SIZE must be set (docs/launch.md)");
-    const int rank = static_cast<int>(*r), size = static_cast<int>(*n);
+    const auto [rank, size] = shoal::placement_from_env();
     shoal::Options opts = shoal::Options::from_env({});
     if (timeout_ms > 0) opts.timeout = std::chrono::milliseconds(timeout_ms);
     auto c = std::make_unique<shoal_comm>();

@@ -1,4 +1,4 @@
-#include "core/doctor.h"
+#include "shoal/doctor.h"
 
 #include <poll.h>
 #include <sched.h>
@@ -385,5 +385,7 @@ std::string json(const Items& items) {
   }
   return o + "]\n}\n";
 }
+
+std::string settings() { return params::markdown_table(); }
 
 }  // namespace shoal::doctor

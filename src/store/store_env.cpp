@@ -29,6 +29,13 @@ uint16_t parse_port(const std::string& s, const std::string& value) {
 
 }  // namespace
 
+Placement placement_from_env() {
+  const auto n = params::integer("SHOAL_WORLD_SIZE");
+  const auto r = params::integer("SHOAL_RANK");
+  if (!r || !n) throw InvalidArgument("SHOAL_RANK and SHOAL_WORLD_SIZE must be set (docs/launch.md)");
+  return Placement{static_cast<int>(*r), static_cast<int>(*n)};
+}
+
 std::shared_ptr<Store> store_from_env(int rank, Millis timeout) {
   const auto env = params::text("SHOAL_STORE");
   if (!env) throw InvalidArgument(std::string("SHOAL_STORE is not set: ") + kContract);

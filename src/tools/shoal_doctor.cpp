@@ -11,8 +11,7 @@
 #include <string>
 #include <unistd.h>
 
-#include "core/doctor.h"
-#include "base/params.h"
+#include "shoal/doctor.h"
 
 namespace {
 const char kUsage[] =
@@ -33,7 +32,7 @@ int main(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     } else if (a == "--params") {
-      std::fputs(shoal::params::markdown_table().c_str(), stdout);
+      std::fputs(shoal::doctor::settings().c_str(), stdout);
       return 0;
     } else if (a == "--json") {
       as_json = true;

@@ -25,5 +25,7 @@ std::vector<Item> trial(int ranks, double timeout_s = 60);
 // {"sections": {section: {key: value}}, "warnings": ["section: key: value", ...]}.
 std::string text(const std::vector<Item>& items);
 std::string json(const std::vector<Item>& items);
+// Every SHOAL_* variable, its meaning and default, as a markdown table (README.md's).
+std::string settings();
 
 }  // namespace shoal::doctor
