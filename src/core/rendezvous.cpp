@@ -15,10 +15,9 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "shoal/error.h"
-#include "transport/cma.h"
 #include "transport/fd_limit.h"
 #include "transport/net_address.h"
-#include "transport/shm_link.h"
+#include "core/peer_transport.h"
 #include "transport/tcp_link.h"
 
 namespace shoal {
@@ -258,7 +257,6 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   topo.hosts = HostMap::from_ids(host_ids);
   // Shared-memory ring slots: the ranks of this host, in rank order.
   const std::vector<int>& local = topo.hosts.ranks[topo.hosts.host_of[rank]];
-  auto slot_of = [&](int r) { return static_cast<int>(std::find(local.begin(), local.end(), r) - local.begin()); };
 
   TcpConfig cfg;
   cfg.rank = rank;
@@ -302,108 +300,94 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
     }
   }
 
-  std::vector<bool> shm_pair(size, false);
-  bool any_shm = false;  // some pair of ranks in the group uses shm (the same answer on every rank)
-  bool every_shm = false;  // every pair does (the same answer on every rank)
-  std::pair<int, int> no_shm{-1, -1};  // the first pair that does not
+  // Per peer, the first transport that can connect (shared memory, then TCP), a round of the
+  // store each: every rank publishes what its peers need (or, in the first round, why it cannot
+  // take part: every rank then fails with that reason), says which of the peers still without a
+  // transport it can reach, and a pair takes the transport when both sides can. Every rank sees
+  // every answer, so every rank knows every pair's transport.
+  std::shared_ptr<ShmPeers> shm;
+  std::shared_ptr<TcpPeers> tcp;
+  std::vector<std::shared_ptr<PeerTransport>> transports;
   if (opts.transport != TransportKind::tcp) {
-    ShmSegment::remove_stale_segments();
-    uint64_t nonce;
-    random_bytes(reinterpret_cast<uint8_t*>(&nonce), sizeof nonce);
-    const int slots = static_cast<int>(local.size());
-    const size_t ring = sizes.ring, scratch = sizes.scratch;
-    const std::string name = ShmSegment::make_name(getpid(), short_id, rank);
-    // A rank that cannot make its segment says so to the others before it fails, so that they
-    // fail at once with its reason rather than wait for it until the timeout.
-    std::string made = me + "|" + name + "|" + std::to_string(nonce);
-    std::string failure = setup_error;
+    shm = std::make_shared<ShmPeers>(rank, me, short_id, local, sizes.ring, sizes.scratch, opts.single_copy, topo.segs);
+    transports.push_back(shm);
+  }
+  if (opts.transport != TransportKind::shm) {
+    std::memcpy(cfg.secret.data(), secret, sizeof secret);
+    cfg.epoll_fd = engine.epoll_fd();
+    tcp = std::make_shared<TcpPeers>(cfg);
+    transports.push_back(tcp);
+  }
+  std::vector<std::vector<int>> pair_of(size, std::vector<int>(size, -1));  // the transport of (a, b)
+  std::vector<int> of(size, -1);  // this rank's row of pair_of
+  auto undecided = [&] {
+    for (int a = 0; a < size; ++a)
+      for (int b = 0; b < size; ++b)
+        if (a != b && pair_of[a][b] < 0) return true;
+    return false;
+  };
+  for (size_t k = 0; k < transports.size(); ++k) {
+    // The first round runs whatever is decided (a group of one keeps its own segment); the next
+    // ones only for the pairs left, the same on every rank.
+    if (k > 0 && !undecided()) break;
+    PeerTransport& t = *transports[k];
+    std::vector<bool> wanted(size);
+    for (int r = 0; r < size; ++r) wanted[r] = r != rank && of[r] < 0;
+    std::string failure = k == 0 ? setup_error : "";
+    std::string info;
     if (failure.empty()) {
       try {
-        topo.segs[rank] = ShmSegment::create(name, slots, ring, scratch, nonce);
+        info = t.prepare(wanted);
       } catch (const Error& e) {
         failure = e.what();
       }
     }
-    auto hosts = gather_or_fail(store, "host", rank, size, made, failure, deadline);
+    const auto infos = gather_or_fail(store, t.name(), rank, size, info, failure, deadline);
     std::string reach(size, '0');
     reach[rank] = '1';
-    for (int r = 0; r < size; ++r) {
-      if (r == rank) continue;
-      auto a = hosts[r].find('|'), b = hosts[r].rfind('|');
-      if (hosts[r].substr(0, a) != me) continue;
-      try {
-        ShmSegment s = ShmSegment::open_existing(hosts[r].substr(a + 1, b - a - 1));
-        const ShmControl* pc = s.control();
-        if (std::to_string(pc->nonce) == hosts[r].substr(b + 1) && pc->ring_bytes == ring && pc->size == slots) {
-          // '2': the peer's own memory is readable too (its control block, where it maps it).
-          const bool cma = opts.single_copy && cma::probe(pc->pid, pc->self_addr + offsetof(ShmControl, nonce), pc->nonce);
-          reach[r] = cma ? '2' : '1';
-          topo.segs[r] = std::move(s);
-        }
-      } catch (const Error& e) {
-        SHOAL_LOG(info, "shared-memory probe of rank %d failed: %s", r, e.what());
-      }
-    }
-    auto reaches = all_gather(store, "reach", rank, size, reach, deadline);
-    topo.single_copy = true;
-    every_shm = true;
+    for (int r = 0; r < size; ++r)
+      if (wanted[r]) reach[r] = t.can_connect(r, infos[r]);
+    // A transport that reaches every peer needs no round for the answers: every rank knows them.
+    std::vector<std::string> reaches(size, std::string(size, '1'));
+    if (!t.reaches_all()) reaches = all_gather(store, std::string(t.name()) + "/reach", rank, size, reach, deadline);
+    std::vector<bool> mine(size, false);
     for (int a = 0; a < size; ++a)
       for (int b = 0; b < size; ++b)
-        if (a != b) {
-          const bool pair = reaches[a][b] != '0' && reaches[b][a] != '0';
-          any_shm = any_shm || pair;
-          every_shm = every_shm && pair;
-          if (!pair && no_shm.first < 0) no_shm = {a, b};
-          topo.single_copy = topo.single_copy && reaches[a][b] == '2';
-        }
+        if (a != b && pair_of[a][b] < 0 && reaches[a][b] != '0' && reaches[b][a] != '0') pair_of[a][b] = static_cast<int>(k);
     for (int r = 0; r < size; ++r) {
-      shm_pair[r] = r != rank && reaches[rank][r] != '0' && reaches[r][rank] != '0';
-      if (shm_pair[r]) topo.transport[r] = "shm";
-      else if (r != rank) topo.segs[r] = ShmSegment();
+      mine[r] = r != rank && of[r] < 0 && pair_of[rank][r] == static_cast<int>(k);
+      if (mine[r]) of[r] = static_cast<int>(k), topo.transport[r] = t.name();
     }
-    // Every peer has mapped what it needs: remove the name so nothing is left in /dev/shm.
-    all_gather(store, "mapped", rank, size, "1", deadline);
-    topo.segs[rank].unlink();
+    t.agreed(reaches, mine);
   }
-  if (opts.transport == TransportKind::shm && !every_shm) {
-    // On every rank alike (every rank knows every pair), before anyone waits for TCP addresses.
-    hold_store_until_read(store, "mapped", rank, size, deadline);
+  if (opts.transport == TransportKind::shm && undecided()) {
+    // On every rank alike (every rank knows every pair).
+    hold_store_until_read(store, "shm/reach", rank, size, deadline);
     for (int r = 0; r < size; ++r)
-      if (r != rank && !shm_pair[r])
+      if (r != rank && of[r] < 0)
         throw Error("SHOAL_TRANSPORT=shm but rank " + std::to_string(r) + " cannot be reached through shared memory");
-    throw Error("SHOAL_TRANSPORT=shm but ranks " + std::to_string(no_shm.first) + " and " +
-                std::to_string(no_shm.second) + " cannot reach each other through shared memory");
+    for (int a = 0; a < size; ++a)
+      for (int b = 0; b < size; ++b)
+        if (a != b && pair_of[a][b] < 0)
+          throw Error("SHOAL_TRANSPORT=shm but ranks " + std::to_string(a) + " and " + std::to_string(b) +
+                      " cannot reach each other through shared memory");
   }
-
   std::vector<std::unique_ptr<Link>> links(size);
   for (int r = 0; r < size; ++r)
-    if (shm_pair[r]) links[r] = std::make_unique<ShmLink>(rank, r, slot_of(rank), slot_of(r), topo.segs[rank], topo.segs[r]);
-
-  cfg.use_tcp.assign(size, false);
-  for (int r = 0; r < size; ++r) cfg.use_tcp[r] = r != rank && !shm_pair[r];
-  std::memcpy(cfg.secret.data(), secret, sizeof secret);
-  cfg.epoll_fd = engine.epoll_fd();
-  // Whether some pair of the group talks TCP (the same answer on every rank): then every rank
-  // listens and the addresses go round in one gather, with a rank's set-up failure in place of
-  // its address (in a group without shared memory, the first place it can go); the connections
-  // are made when a pair first talks.
-  if (size > 1 && !every_shm) {
-    std::shared_ptr<TcpConnector> conn;
-    std::string mine;
-    if (setup_error.empty()) {
-      try {
-        conn = tcp_listen(cfg);
-        mine = tcp_listen_address(*conn);
-      } catch (const Error& e) {
-        setup_error = e.what();
-      }
-    }
-    auto addresses = gather_or_fail(store, "tcp", rank, size, mine, setup_error, deadline);
+    if (of[r] >= 0) links[r] = transports[of[r]]->connect(r);
+  if (tcp && tcp->listener()) {
+    auto conn = tcp->listener();
     engine.background = [conn] { return tcp_accept_step(*conn); };
-    auto tcp = make_tcp_links(conn, addresses);
-    for (int r = 0; r < size; ++r)
-      if (cfg.use_tcp[r]) links[r] = std::move(tcp[r]);
   }
+  // Some pair of the group shares memory, every pair does (the same answers on every rank).
+  bool any_shm = false, every_shm = shm != nullptr;
+  for (int a = 0; a < size; ++a)
+    for (int b = 0; b < size; ++b)
+      if (a != b) {
+        any_shm = any_shm || (shm && pair_of[a][b] == 0);
+        every_shm = every_shm && pair_of[a][b] == 0;
+      }
+  topo.single_copy = shm && shm->single_copy_all();
 
   std::vector<ShmControl*> ctl(size, nullptr);
   for (int r = 0; r < size; ++r)
@@ -411,9 +395,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   engine.set_shm(topo.segs[rank].valid() ? topo.segs[rank].control() : nullptr, ctl);
   engine.set_links(std::move(links));
 
-  topo.shm_all = opts.transport != TransportKind::tcp;
-  for (int r = 0; r < size; ++r)
-    if (r != rank && !shm_pair[r]) topo.shm_all = false;
+  topo.shm_all = every_shm;
   topo.single_copy = topo.single_copy && topo.shm_all;
   topo.topo = topo.shm_all ? Topo::shm : one_host ? Topo::one_host_tcp : any_shm ? Topo::hosts_shm : Topo::hosts;
   std::string summary;
