@@ -18,8 +18,8 @@ between two sizes measured; `never` past the largest, 0 before the smallest (doc
 Times both ways of each op that has two on one host (src/algo/cost.h: the allreduce and reduce
 in one shot or two, SHOAL_DIRECT_REDUCE; alltoall and alltoallv through the scratch slots or the
 rings, SHOAL_DIRECT_ALLTOALL) at each group size and message size, rounds outermost, and prints the
-medians in the format SHOAL_TUNING reads; --out writes them to FILE. The built-in points,
-src/algo/cost_points.inc, are such files. A round runs both ways of an op and group size back to
+medians in the format SHOAL_TUNING reads; --out adds them to FILE (in place of its lines for the
+same points). The built-in points, src/algo/cost_points.inc, are such files. A round runs both ways of an op and group size back to
 back; each point holds two rounds' pairs, the round least favourable to way 0 and the one least
 favourable to way 1 (the second worst of five or more), so that the choice (src/algo/cost.h) is
 the way that loses least in the worse of the machine's stretches (near and far cores).
@@ -149,11 +149,7 @@ def tune_direct(a):
                                    for t in (med, worst0, worst1))
                 print(f"#   {n:>10}  {cells}")
                 out_lines.append(f"direct {op} {p} {n} {worst0[0]:.1f} {worst0[1]:.1f} {worst1[0]:.1f} {worst1[1]:.1f}")
-    text = "\n".join(out_lines) + "\n"
-    print(text, end="")
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
+    emit(out_lines, a.out)
 
 
 # The switches of the automatic choice over the network (cost.h), as chains: an op's algorithms
@@ -167,7 +163,8 @@ CHAINS = [
     ("broadcast", "one_host", ["mst", "linear", "ring"], ["broadcast.one_host.mst_below", "broadcast.chain_from"]),
     ("reduce", "any", ["mst", "ring"], ["reduce.mst_below"]),
     ("allgather", "any", ["rd", "ring"], ["allgather.rd_below"]),
-    ("reduce_scatter", "any", ["rd", "ring"], ["reduce_scatter.halving_below"]),
+    ("reduce_scatter", "pow2", ["rd", "ring"], ["reduce_scatter.halving_below"]),
+    ("reduce_scatter", "odd", ["rd", "ring"], ["reduce_scatter.halving_below_odd_p"]),
     ("gather", "any", ["mst", "linear"], ["gather.mst_below"]),
     ("scatter", "any", ["mst", "linear"], ["scatter.mst_below"]),
 ]
@@ -243,10 +240,21 @@ def table(title, names, res, sizes):
 
 
 def emit(lines, out):
+    """Prints `lines` and adds them to the file `out`, where they replace the lines of the same
+    switch or point (a file has one of each)."""
     print("\n".join(lines))
-    if out:
-        with open(out, "a") as f:
-            f.write("\n".join(lines) + "\n")
+    if not out:
+        return
+    def key(line):  # "switch NAME" or "direct OP RANKS BYTES"
+        w = line.split()
+        return " ".join(w[:2] if w[0] == "switch" else w[:4])
+    new = {key(x) for x in lines}
+    old = []
+    if os.path.exists(out):
+        with open(out) as f:
+            old = [x.rstrip("\n") for x in f if not (x.split() and x.split()[0] in ("switch", "direct") and key(x) in new)]
+    with open(out, "w") as f:
+        f.write("\n".join(old + lines) + "\n")
 
 
 def tune_hier(a):
@@ -312,7 +320,7 @@ def main():
     ap.add_argument("--direct-ops", default="allreduce,reduce,alltoall,alltoallv")
     ap.add_argument("--ranks-list", default="2,3,4,8")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--out", help="--direct: write the points to this file; OP: append the switch lines to it")
+    ap.add_argument("--out", help="add the points or switches to this file (replacing its lines for the same ones)")
     ap.add_argument("--raw", help="with --direct: also write every run's times to this JSON file")
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--hosts", action="store_true",

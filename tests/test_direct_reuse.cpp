@@ -182,7 +182,7 @@ TEST_P(DirectReuse, RanksRunningAheadReuseASlotOnlyOnceItsReadersAreDone) {
             for (size_t i = 0; i < count; ++i)
               SH_CHECK(buf[i] == val(root, i)) << "broadcast of " << bytes << " B, op " << op << ", element " << i;
           } else if (kind == 1) {
-            const size_t each = count / p;
+            const size_t each = (count + p - 1) / p;  // the root's slot holds at least `bytes`
             buf.assign(each * p, -1);
             out.assign(each, -1);
             if (me == root)

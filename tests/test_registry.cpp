@@ -92,7 +92,8 @@ const char* const kSwitchFile =
     "switch broadcast.chain_from 33554432\n"
     "switch reduce.mst_below never\n"
     "switch allgather.rd_below 8388608\n"
-    "switch reduce_scatter.halving_below 0\n"
+    "switch reduce_scatter.halving_below 65536\n"
+    "switch reduce_scatter.halving_below_odd_p 0\n"
     "switch gather.mst_below 65536\n"
     "switch scatter.mst_below 131072\n";
 
@@ -124,8 +125,10 @@ constexpr Row kRows[] = {
     {OpKind::reduce, Topo::hosts, 4, 64 * MiB, Algo::mst},
     {OpKind::allgatherv, Topo::hosts, 4, 4 * KiB, Algo::rd},
     {OpKind::allgatherv, Topo::hosts, 4, 64 * MiB, Algo::ring},
-    {OpKind::reduce_scatter, Topo::hosts, 4, 8, Algo::ring},
-    {OpKind::reduce_scatter, Topo::hosts_shm, 4, 8, Algo::ring},
+    {OpKind::reduce_scatter, Topo::hosts, 4, 8, Algo::rd},
+    {OpKind::reduce_scatter, Topo::hosts, 4, 64 * KiB, Algo::ring},
+    {OpKind::reduce_scatter, Topo::hosts, 3, 8, Algo::ring},  // p not a power of two: its own switch
+    {OpKind::reduce_scatter, Topo::hosts_shm, 4, 1 * MiB, Algo::ring},
     {OpKind::gather, Topo::hosts, 4, 4 * KiB, Algo::mst},
     {OpKind::gather, Topo::hosts, 4, 64 * KiB, Algo::linear},
     {OpKind::scatter, Topo::hosts, 4, 64 * KiB, Algo::mst},  // its own switch, not gather's

@@ -3,9 +3,9 @@
 // Cost: ⌈lg p⌉·α + (p-1)/p·n·β  (Bruck adds two local copies of n: into a rotated staging buffer
 // and back out).
 //
-// lg p latency terms instead of the ring's p-1: the choice for small and mid-sized allgathers
-// (below kAllgatherRdBelow, select.cpp). Above that the ring's neighbour-only traffic wins between
-// hosts.
+// lg p latency terms instead of the ring's p-1; the ring's neighbour-only traffic keeps every link
+// between hosts busy. The automatic choice changes from this one to the ring at the switch
+// allgather.rd_below (cost.h: measured).
 //
 // Unequal counts work in both: every rank knows every count, so each exchange's size is known on
 // both sides.

@@ -5,12 +5,12 @@
 // Other p: the extra rem = p - p' ranks (p' the largest power of two <= p) first fold into a
 // partner and are unfolded at the end: + 2·α + 2·n·β + n·γ on those pairs.
 //
-// Same bandwidth and reduction terms as the ring but lg p instead of p-1 latency terms, so it
-// is the choice for mid-sized messages (select.cpp: from kAllreduceMstBelow up to kAllreduceBdeUpTo,
-// or kAllreduceBdeUpToOddP when p is not a power of two) where the ring's 2·(p-1)·α
-// dominates and the binomial tree's lg p·n·β has become too expensive. Above that the ring wins:
-// its neighbour-only traffic keeps every link busy, while the halving steps' long-distance
-// partners share links between hosts.
+// Same bandwidth and reduction terms as the ring but lg p instead of p-1 latency terms: for
+// messages where the ring's 2·(p-1)·α dominates and the binomial tree's lg p·n·β has become too
+// expensive. The ring's neighbour-only traffic keeps every link busy, while the halving steps'
+// long-distance partners share links between hosts. The automatic choice takes it from the
+// switch allreduce.mst_below up to allreduce.bde_up_to, or allreduce.bde_up_to_odd_p when p is
+// not a power of two (cost.h: measured).
 //
 // Fold: among ranks 0 .. 2·rem-1, each even rank sends its whole vector to the next odd rank,
 // which reduces and takes part under new rank r/2; the others take part as r - rem. Halving:

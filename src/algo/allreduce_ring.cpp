@@ -3,10 +3,10 @@
 // Cost: 2·(p-1)·α + 2·(p-1)/p·n·β + (p-1)/p·n·γ.
 //
 // The β and γ terms are the lower bounds for allreduce, and each rank only ever talks to its two
-// neighbours, so every link is used once per step in each direction: the choice for large
-// messages between hosts (select.cpp: above kAllreduceBdeUpTo, or kAllreduceBdeUpToOddP when p is
-// not a power of two). Its 2·(p-1) latency terms are what BDE
-// (2·lg p·α) saves on mid-sized messages. The output buffer is the accumulator; in place
+// neighbours, so every link is used once per step in each direction. Its 2·(p-1) latency terms
+// are what BDE (2·lg p·α) saves. The automatic choice takes it above the switch
+// allreduce.bde_up_to, or allreduce.bde_up_to_odd_p when p is not a power of two (cost.h:
+// measured). The output buffer is the accumulator; in place
 // (in == out) works because received chunks then go through scratch slots. Steps are pipelined
 // in kChunkBytes messages (see reduce_scatter_ring.cpp and allgather_ring.cpp).
 #include "algo/common.h"

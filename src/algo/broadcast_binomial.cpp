@@ -3,15 +3,16 @@
 // Binomial cost: ⌈lg p⌉·(α + n·β) unpipelined; here every edge forwards kChunkBytes messages as
 // they arrive, so for n >> kChunkBytes it approaches (⌈lg p⌉ + n/kChunkBytes - 1)·(α + kChunkBytes·β)
 // at the deepest leaf, but the root still sends the whole vector ⌈lg p⌉ times (⌈lg p⌉·n·β at the
-// root's link). The choice for small and mid-sized broadcasts (below kBroadcastBinomialBelow, select.cpp): fewest
-// latency terms. Large broadcasts go to scatter + allgather (2·(p-1)/p·n·β, no rank sends n more
-// than twice).
+// root's link): fewest latency terms. Scatter + allgather sends no byte more than twice from any
+// rank (2·(p-1)/p·n·β); the automatic choice between hosts changes from this one to that at the
+// switch broadcast.mst_below (cost.h: measured).
 //
 // Chain cost: (p - 2 + n/kChunkBytes)·(α + kChunkBytes·β): every rank receives from its
 // predecessor (relative order from the root) and forwards each chunk to its successor, so each
 // link carries n once: ≈ n·β for very large n, the best possible, but p-1 latency terms before
-// the last rank sees anything. Not chosen automatically (scatter-allgather is close at large n
-// without the long start-up); available by request.
+// the last rank sees anything. Between hosts the automatic choice does not take it
+// (scatter-allgather is close at large n without the long start-up); on one host over TCP, where
+// every byte costs the same CPUs, it does from the switch broadcast.chain_from.
 #include "algo/common.h"
 
 namespace shoal::algo {

@@ -5,8 +5,9 @@
 // The vector is cut into p blocks indexed by relative rank v = (rank - root) mod p. The binomial
 // scatter hands each subtree its contiguous range of blocks (⌈lg p⌉ steps, (p-1)/p·n·β at the
 // root), then the ring allgather over the relative ring completes every rank. No rank sends more
-// than ~2·n, against ⌈lg p⌉·n at the root of a binomial tree: the choice for large broadcasts
-// (from kBroadcastBinomialBelow, select.cpp); its p-1 latency terms make it poor for small ones.
+// than ~2·n, against ⌈lg p⌉·n at the root of a binomial tree; its p-1 latency terms make it poor
+// for small broadcasts. The automatic choice between hosts takes it from the switch
+// broadcast.mst_below (cost.h: measured).
 #include "algo/common.h"
 
 namespace shoal::algo {

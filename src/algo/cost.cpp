@@ -33,7 +33,7 @@ constexpr Choice kChoices[] = {Choice::allreduce, Choice::reduce, Choice::alltoa
 constexpr const char* kSwitchNames[] = {
     "allreduce.mst_below", "allreduce.bde_up_to", "allreduce.bde_up_to_odd_p",
     "broadcast.mst_below", "broadcast.one_host.mst_below", "broadcast.chain_from",
-    "reduce.mst_below", "allgather.rd_below", "reduce_scatter.halving_below",
+    "reduce.mst_below", "allgather.rd_below", "reduce_scatter.halving_below", "reduce_scatter.halving_below_odd_p",
     "gather.mst_below", "scatter.mst_below",
     "hier.allreduce.split_from", "hier.broadcast.chain_from", "hier.allgather.ring_from"};
 static_assert(std::size(kSwitchNames) == kSwitches);

@@ -54,7 +54,8 @@ enum class Switch : uint8_t {
   broadcast_chain_from,          //   linear below, the chain (ring) from here
   reduce_mst_below,              // reduce: mst below, ring from here
   allgather_rd_below,            // allgather: rd below, ring from here
-  reduce_scatter_halving_below,  // reduce_scatter: halving (rd) below, ring from here
+  reduce_scatter_halving_below,  // reduce_scatter: halving (rd) below, ring from here (p a power of two)
+  reduce_scatter_halving_below_odd_p,  //   the same otherwise
   gather_mst_below,              // gather: mst below, linear from here
   scatter_mst_below,             // scatter: the same
   hier_allreduce_split_from,     // hier allreduce: the leader form below, the split form from here

@@ -4,9 +4,8 @@
 // its latency is closer to α + (p-1)/p·n·β at the root's link).
 //
 // The reduction work is spread over all ranks and no link carries more than ~2·n, where the
-// binomial tree makes each of lg p edges carry n and reduce n. Measured over TCP it never won
-// clearly, so the automatic choice does not take it (select.cpp, kReduceBinomialBelow): SHOAL_ALGO
-// or CallOptions::algo asks for it.
+// binomial tree makes each of lg p edges carry n and reduce n. The automatic choice takes it from
+// the switch reduce.mst_below (cost.h: measured).
 #include "algo/common.h"
 
 namespace shoal::algo {

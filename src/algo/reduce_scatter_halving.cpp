@@ -4,9 +4,8 @@
 // Other p: the rem = p - p' extra ranks fold into a partner first (+ α + n·β + n·γ) and get their
 // block back at the end (+ α + n/p·β).
 //
-// Same β and γ terms as the ring with lg p latency terms instead of p-1. Measured over TCP it never
-// won, so the automatic choice does not take it (select.cpp, kReduceScatterHalvingBelow):
-// SHOAL_ALGO or CallOptions::algo asks for it.
+// Same β and γ terms as the ring with lg p latency terms instead of p-1. The automatic choice
+// takes it below the switch reduce_scatter.halving_below (cost.h: measured), the ring above.
 //
 // Fold: among ranks 0 .. 2·rem-1 each even rank sends its whole input to the next odd rank,
 // which reduces and takes part (new rank r/2) on behalf of both; the others take part as r - rem.

@@ -78,7 +78,10 @@ Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo,
       return below(Switch::allgather_rd_below) ? Algo::rd : Algo::ring;
     case OpKind::reduce_scatter:
       if (shm_all) return Algo::direct;
-      return below(Switch::reduce_scatter_halving_below) ? Algo::rd : Algo::ring;
+      return below((size & (size - 1)) == 0 ? Switch::reduce_scatter_halving_below
+                                            : Switch::reduce_scatter_halving_below_odd_p)
+                 ? Algo::rd
+                 : Algo::ring;
     case OpKind::gather:
       if (shm_all) return Algo::direct;
       return below(Switch::gather_mst_below) ? Algo::mst : Algo::linear;

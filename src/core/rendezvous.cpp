@@ -327,9 +327,9 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
     return false;
   };
   for (size_t k = 0; k < transports.size(); ++k) {
-    // The first round runs whatever is decided (a group of one keeps its own segment); the next
-    // ones only for the pairs left, the same on every rank.
-    if (k > 0 && !undecided()) break;
+    // A round runs for the pairs left (the same answer on every rank), and the shared-memory
+    // round always: a group of one keeps its own segment (the direct algorithms' scratch).
+    if (!undecided() && transports[k] != shm) continue;
     PeerTransport& t = *transports[k];
     std::vector<bool> wanted(size);
     for (int r = 0; r < size; ++r) wanted[r] = r != rank && of[r] < 0;
