@@ -318,7 +318,9 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
     tcp = std::make_shared<TcpPeers>(cfg);
     transports.push_back(tcp);
   }
-  std::vector<std::vector<int>> pair_of(size, std::vector<int>(size, -1));  // the transport of (a, b)
+  // The transport of pair (a, b), an index into `transports` (-1: none yet): a byte each, as a
+  // group of thousands of ranks holds size^2 of them.
+  std::vector<std::vector<int8_t>> pair_of(size, std::vector<int8_t>(size, -1));
   std::vector<int> of(size, -1);  // this rank's row of pair_of
   auto undecided = [&] {
     for (int a = 0; a < size; ++a)
@@ -353,7 +355,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
     std::vector<bool> mine(size, false);
     for (int a = 0; a < size; ++a)
       for (int b = 0; b < size; ++b)
-        if (a != b && pair_of[a][b] < 0 && reaches[a][b] != '0' && reaches[b][a] != '0') pair_of[a][b] = static_cast<int>(k);
+        if (a != b && pair_of[a][b] < 0 && reaches[a][b] != '0' && reaches[b][a] != '0') pair_of[a][b] = static_cast<int8_t>(k);
     for (int r = 0; r < size; ++r) {
       mine[r] = r != rank && of[r] < 0 && pair_of[rank][r] == static_cast<int>(k);
       if (mine[r]) of[r] = static_cast<int>(k), topo.transport[r] = t.name();
