@@ -1,4 +1,4 @@
-// The TcpStore's wire format written out by hand, independently of src/store/tcp_store.cpp (whose
+// The TcpStore's wire format written out by hand, independently of src/store/tcp_store_wire.h (whose
 // opening comment describes it), for the tests that speak it raw: test_store (stalled
 // connections), test_hostile (intruders) and the fuzz_store_server harness. A protocol change is
 // one edit here. Header-only and free of the library, so the fuzz build can include it.
@@ -11,7 +11,7 @@ namespace shoal_test::store_frames {
 
 constexpr uint32_t kMagic = 0x54534853;  // "SHST", little-endian on the wire
 constexpr uint32_t kVersion = 2;         // the HELLO carries a token since version 2
-constexpr uint8_t kHello = 0, kSet = 1, kGet = 2, kCheck = 4;  // commands (more in tcp_store.cpp)
+constexpr uint8_t kHello = 0, kSet = 1, kGet = 2, kCheck = 4;  // commands (more in src/store/tcp_store_wire.h)
 
 inline void put32(std::vector<uint8_t>& b, uint32_t v) {
   for (int i = 0; i < 4; ++i) b.push_back(uint8_t(v >> (8 * i)));

@@ -1,6 +1,6 @@
 // The TcpStore server's request parsing, apart from its sockets, so that it can be tested and
-// fuzzed on its own (tests/fuzz/fuzz_store_request.cpp). The wire protocol is described at the top
-// of tcp_store.cpp, which implements these.
+// fuzzed on its own (tests/fuzz/fuzz_store_request.cpp). The wire protocol is described in
+// tcp_store_wire.h; tcp_store_wire.cpp implements these.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -36,7 +36,7 @@
 extern char** environ;
 
 namespace shoal::detail {
-// Defined in src/store/tcp_store.cpp: a TcpStore server without a client; the handle stops it.
+// Defined in src/store/tcp_store_server.cpp: a TcpStore server without a client; the handle stops it.
 std::shared_ptr<void> start_store_server(const std::string& bind_host, uint16_t port, uint16_t* bound_port);
 }  // namespace shoal::detail
 

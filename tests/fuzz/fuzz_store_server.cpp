@@ -1,4 +1,4 @@
-// libFuzzer target: the whole TcpStore server (src/store/tcp_store.cpp) fed an arbitrary client
+// libFuzzer target: the whole TcpStore server (src/store/tcp_store_server.cpp) fed an arbitrary client
 // stream over a loopback connection. Per input: a fresh server on 127.0.0.1 (port 0), one client
 // that writes the input (after a valid HELLO when the first byte is odd, so that the commands behind
 // it are reached), half-closes, and reads whatever comes back until the server closes the
