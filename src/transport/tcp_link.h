@@ -1,5 +1,6 @@
 // TCP links to peers on other hosts (or to every peer with SHOAL_TRANSPORT=tcp). The set-up is in
-// tcp_connect.cpp, the link (framing, striping, flow control) in tcp_link.cpp.
+// tcp_connect.cpp (the connector) and tcp_socket.cpp (sockets, the hello), the link (framing,
+// striping, flow control) in tcp_link.cpp.
 //
 // Set-up: each rank listens (tcp_listen) and publishes its address; a group gathers them at
 // rendezvous. The connections of a pair are made when the pair first talks (a post, or a receive

@@ -1,5 +1,5 @@
 // libFuzzer target: the TCP transport's connection hello (check_tcp_hello in
-// src/transport/tcp_connect.cpp), which every accepted connection must pass before it becomes a
+// src/transport/tcp_socket.cpp), which every accepted connection must pass before it becomes a
 // stream of a link. Input: the 44-byte hello, then the receiving rank's set-up (rank, size,
 // streams, which peers talk TCP, and whether its group secret equals the hello's).
 #include <array>
