@@ -767,6 +767,33 @@ void check_simd_level() {
                                               << ", expected " << want;
 }
 
+// The families by name, as the suites below are instantiated: "others" runs the ones the
+// several-host suite groups into one test.
+void family_others(Suite& s, Where w) {
+  family_reduce_scatter(s, w);
+  family_gather_scatter(s, w);
+  family_alltoall(s, w);
+  family_barrier(s, w);
+  family_algo_args(s, w);
+}
+struct Family {
+  const char* name;
+  void (*run)(Suite&, Where);
+};
+constexpr Family kFamilies[] = {
+    {"allreduce", family_allreduce},   {"broadcast", family_broadcast},
+    {"reduce", family_reduce},         {"allgather", family_allgather},
+    {"allgatherv", family_allgatherv}, {"reduce_scatter", family_reduce_scatter},
+    {"gather_scatter", family_gather_scatter}, {"alltoall", family_alltoall},
+    {"barrier", family_barrier},       {"async", family_async},
+    {"algo_args", family_algo_args},   {"others", family_others},
+};
+void run_family(const std::string& name, Suite& s, Where w) {
+  for (const Family& f : kFamilies)
+    if (name == f.name) return f.run(s, w);
+  SH_CHECK(false) << "unknown family " << name;
+}
+
 using Param = std::tuple<int, std::string, std::string>;  // world size, transport, family
 
 class Collectives : public ::testing::TestWithParam<Param> {};
@@ -780,18 +807,7 @@ TEST_P(Collectives, Matrix) {
     check_transport(c, transport);
     check_simd_level();
     Suite s(c);
-    if (family == "allreduce") family_allreduce(s, w);
-    else if (family == "broadcast") family_broadcast(s, w);
-    else if (family == "reduce") family_reduce(s, w);
-    else if (family == "allgather") family_allgather(s, w);
-    else if (family == "allgatherv") family_allgatherv(s, w);
-    else if (family == "reduce_scatter") family_reduce_scatter(s, w);
-    else if (family == "gather_scatter") family_gather_scatter(s, w);
-    else if (family == "alltoall") family_alltoall(s, w);
-    else if (family == "barrier") family_barrier(s, w);
-    else if (family == "async") family_async(s, w);
-    else if (family == "algo_args") family_algo_args(s, w);
-    else SH_CHECK(false) << "unknown family " << family;
+    run_family(family, s, w);
     s.finish();
   });
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -850,19 +866,7 @@ TEST_P(CollectivesHosts, Matrix) {
       }
     SH_CHECK(c.algo_for("alltoall", 4096) != Algo::hier);
     Suite s(c);
-    const Where w = Where::hosts;
-    if (family == "allreduce") family_allreduce(s, w);
-    else if (family == "broadcast") family_broadcast(s, w);
-    else if (family == "reduce") family_reduce(s, w);
-    else if (family == "allgather") family_allgather(s, w);
-    else if (family == "allgatherv") family_allgatherv(s, w);
-    else if (family == "others") {
-      family_reduce_scatter(s, w);
-      family_gather_scatter(s, w);
-      family_alltoall(s, w);
-      family_barrier(s, w);
-      family_algo_args(s, w);
-    } else SH_CHECK(false) << "unknown family " << family;
+    run_family(family, s, Where::hosts);
     s.finish();
   });
 }
