@@ -44,12 +44,27 @@ TEST(CostCurves, ParsesEveryField) {
   EXPECT_DOUBLE_EQ(t[6].us[1], 700);
 }
 
+// Tuning files the parser must reject, each with what its error must say (besides the file).
+struct Rejected {
+  std::string text, says;
+};
+template <size_t N>
+void expect_rejected(const Rejected (&cases)[N]) {
+  for (const Rejected& c : cases) {
+    try {
+      parse_tuning(c.text, "the file");
+      ADD_FAILURE() << "accepted:\n" << c.text;
+    } catch (const InvalidArgument& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("the file"), std::string::npos) << m;
+      EXPECT_NE(m.find(c.says), std::string::npos) << "expected '" << c.says << "' in: " << m;
+    }
+  }
+}
+
 TEST(CostCurves, RejectsWhatItCannotUseNamingTheLine) {
   const std::string reduce_line = "direct reduce 2 4096 1 1\ndirect alltoall 2 4096 1 1\n";
-  struct Case {
-    std::string text, says;
-  };
-  const Case cases[] = {
+  const Rejected cases[] = {
       {"directt allreduce 2 4096 1 1\n" + reduce_line, "line 1"},
       {"direct broadcast 2 4096 1 1\n" + reduce_line, "'allreduce', 'reduce', 'alltoall' or 'alltoallv'"},
       {"direct allreduce 2 4096 1\n" + reduce_line, "expected: direct OP RANKS BYTES WAY0_US WAY1_US"},
@@ -64,16 +79,7 @@ TEST(CostCurves, RejectsWhatItCannotUseNamingTheLine) {
       {reduce_line + "direct allreduce 2 4096 1 1\ndirect allreduce 2 4096 2 2\n", "line 4"},
       {"# nothing\n", "no points"},
   };
-  for (const Case& c : cases) {
-    try {
-      parse_tuning(c.text, "the file");
-      ADD_FAILURE() << "accepted:\n" << c.text;
-    } catch (const InvalidArgument& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find("the file"), std::string::npos) << m;
-      EXPECT_NE(m.find(c.says), std::string::npos) << "expected '" << c.says << "' in: " << m;
-    }
-  }
+  expect_rejected(cases);
 }
 
 TEST(CostCurves, AlongTheSizeStraightLinesThroughThePoints) {
@@ -248,10 +254,7 @@ TEST(CostCurves, SwitchLinesParseAndRejectWhatTheyCannotUse) {
   EXPECT_EQ(t.at(Switch::allreduce_mst_below), 4096u);
   EXPECT_EQ(t.at(Switch::hier_allgather_ring_from), kNever);
   EXPECT_FALSE(t.has[static_cast<size_t>(Switch::gather_mst_below)]);
-  struct Case {
-    std::string text, says;
-  };
-  const Case cases[] = {
+  const Rejected cases[] = {
       {"switch allreduce.mst_below\n", "expected: switch NAME BYTES"},
       {"switch allreduce.mst_below 4096 8192\n", "unexpected '8192'"},
       {"switch allreduce.mst_below 4K\n", "not '4K'"},
@@ -259,16 +262,7 @@ TEST(CostCurves, SwitchLinesParseAndRejectWhatTheyCannotUse) {
       {"switch allreduce.mst 4096\n", "the switches: allreduce.mst_below, allreduce.bde_up_to"},
       {"switch gather.mst_below 1\nswitch gather.mst_below 2\n", "line 2"},
   };
-  for (const Case& c : cases) {
-    try {
-      parse_tuning(c.text, "the file");
-      ADD_FAILURE() << "accepted:\n" << c.text;
-    } catch (const InvalidArgument& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find("the file"), std::string::npos) << m;
-      EXPECT_NE(m.find(c.says), std::string::npos) << "expected '" << c.says << "' in: " << m;
-    }
-  }
+  expect_rejected(cases);
 }
 
 // A SHOAL_TUNING file's switches move the automatic choice between ranks that do not share
