@@ -6,7 +6,8 @@
 Runs build/shoal-bench once per algorithm (plus auto) over the same sizes (--rounds times, the
 medians) and prints one table: time in µs per algorithm, the fastest marked with '*', and what
 auto chose (its time). Then, for each switch of the automatic choice (src/algo/cost.h, Switch)
-between algorithms measured, the line `switch NAME BYTES` that SHOAL_TUNING reads: the switches
+between algorithms measured, the line `switch NAME@RANKS BYTES` that SHOAL_TUNING reads (it holds
+for groups of that many ranks; a line without @RANKS, written by hand, for any size): the switches
 of a chain (mst, then bde, then ring) are placed where the chain loses least against the fastest
 algorithm at each size measured (the sum of log(time / fastest)), each halfway (geometrically)
 between two sizes measured; `never` past the largest, 0 before the smallest (docs/algorithms.md,
@@ -207,7 +208,7 @@ def switch_lines(op, ranks, res, sizes, hosts):
         if (which == "hosts" and not hosts) or (which == "one_host" and hosts):
             continue
         cuts = chain_cuts(sizes, [res[al] for al in algos])
-        out += [f"switch {name} {switch_value(sizes, c)}" for name, c in zip(names, cuts) if name]
+        out += [f"switch {name}@{ranks} {switch_value(sizes, c)}" for name, c in zip(names, cuts) if name]
     return out
 
 
@@ -245,7 +246,7 @@ def emit(lines, out):
     print("\n".join(lines))
     if not out:
         return
-    def key(line):  # "switch NAME" or "direct OP RANKS BYTES"
+    def key(line):  # "switch NAME[@RANKS]" or "direct OP RANKS BYTES"
         w = line.split()
         return " ".join(w[:2] if w[0] == "switch" else w[:4])
     new = {key(x) for x in lines}
@@ -283,7 +284,7 @@ def tune_hier(a):
         table(f"# {op} (hier) on fake hosts {a.layout}: time (us) per form, median of {a.rounds}, * = fastest",
               forms, res, sizes)
         cuts = chain_cuts(sizes, [res[form] for form in forms])
-        emit([f"switch {name} {switch_value(sizes, cuts[0])}"], a.out)
+        emit([f"switch {name}@{len(layout)} {switch_value(sizes, cuts[0])}"], a.out)
 
 
 def tune_op(a):

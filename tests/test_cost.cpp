@@ -245,14 +245,23 @@ TEST(CostCurves, TheFileSHOAL_TUNINGNamesDecides) {
   std::remove(path.c_str());
 }
 
-// Switch lines: a known name and a number of bytes or 'never', once each; anything else is an
-// error naming the line (an unknown name lists the switches).
+// Switch lines: a known name, for any group size or (NAME@P) for P ranks, and a number of bytes or
+// 'never', once each; anything else is an error naming the line (an unknown name lists the
+// switches).
 TEST(CostCurves, SwitchLinesParseAndRejectWhatTheyCannotUse) {
-  const Tuning t = parse_tuning("switch allreduce.mst_below 4096\nswitch hier.allgather.ring_from never  # off\n", "test");
+  const Tuning t = parse_tuning(
+      "switch allreduce.mst_below 4096\nswitch hier.allgather.ring_from never  # off\n"
+      "switch allreduce.mst_below@4 8192\nswitch scatter.mst_below@3 100\n",
+      "test");
   EXPECT_TRUE(t.points.empty());
   EXPECT_TRUE(t.has[static_cast<size_t>(Switch::allreduce_mst_below)]);
-  EXPECT_EQ(t.at(Switch::allreduce_mst_below), 4096u);
-  EXPECT_EQ(t.at(Switch::hier_allgather_ring_from), kNever);
+  EXPECT_EQ(t.at(Switch::allreduce_mst_below, 2), 4096u);
+  EXPECT_EQ(t.at(Switch::allreduce_mst_below, 4), 8192u);  // its line for 4 ranks
+  EXPECT_EQ(t.at(Switch::allreduce_mst_below, 5), 4096u);  // exactly 4, not from 4 on
+  EXPECT_EQ(t.at(Switch::hier_allgather_ring_from, 8), kNever);
+  EXPECT_EQ(t.at(Switch::scatter_mst_below, 3), 100u);
+  EXPECT_TRUE(t.has[static_cast<size_t>(Switch::scatter_mst_below)]);
+  EXPECT_FALSE(t.has_all[static_cast<size_t>(Switch::scatter_mst_below)]);
   EXPECT_FALSE(t.has[static_cast<size_t>(Switch::gather_mst_below)]);
   const Rejected cases[] = {
       {"switch allreduce.mst_below\n", "expected: switch NAME BYTES"},
@@ -261,6 +270,9 @@ TEST(CostCurves, SwitchLinesParseAndRejectWhatTheyCannotUse) {
       {"switch allreduce.mst_below -1\n", "not '-1'"},
       {"switch allreduce.mst 4096\n", "the switches: allreduce.mst_below, allreduce.bde_up_to"},
       {"switch gather.mst_below 1\nswitch gather.mst_below 2\n", "line 2"},
+      {"switch gather.mst_below@4 1\nswitch gather.mst_below@4 2\n", "at 4 ranks"},
+      {"switch gather.mst_below@four 1\n", "not 'four'"},
+      {"switch gather.mst_below@0 1\n", "not '0'"},
   };
   expect_rejected(cases);
 }
@@ -271,8 +283,8 @@ TEST(CostCurves, TheFilesSwitchesMoveTheChoiceOverTheNetwork) {
   ScopedEnv unset_file("SHOAL_TUNING", nullptr);
   const Ways built_in = Ways::current();
   const size_t n_points = built_in.points().size();
-  const size_t mst_below = built_in.switch_at(Switch::allreduce_mst_below);
-  const size_t linear_from = built_in.switch_at(Switch::gather_mst_below);
+  const size_t mst_below = built_in.switch_at(Switch::allreduce_mst_below, 4);
+  const size_t linear_from = built_in.switch_at(Switch::gather_mst_below, 4);
   ASSERT_LT(linear_from, size_t(64) << 20);
   // Sizes past the built-in switch, where the file moves it further.
   EXPECT_NE(choose_algo(OpKind::allreduce, Algo::automatic, mst_below * 2, 4, Topo::hosts, built_in), Algo::mst);
@@ -287,14 +299,29 @@ TEST(CostCurves, TheFilesSwitchesMoveTheChoiceOverTheNetwork) {
     const Ways w = Ways::current();
     EXPECT_EQ(choose_algo(OpKind::allreduce, Algo::automatic, mst_below * 2, 4, Topo::hosts, w), Algo::mst);
     EXPECT_EQ(choose_algo(OpKind::gather, Algo::automatic, size_t(64) << 20, 4, Topo::hosts, w), Algo::mst);
-    EXPECT_EQ(w.switch_at(Switch::broadcast_mst_below), built_in.switch_at(Switch::broadcast_mst_below));
+    EXPECT_EQ(w.switch_at(Switch::broadcast_mst_below, 4), built_in.switch_at(Switch::broadcast_mst_below, 4));
     EXPECT_EQ(w.points().size(), n_points);
     EXPECT_EQ(w.digest(), built_in.digest());  // what the ranks of one host compare
     EXPECT_NE(w.switches_digest(), built_in.switches_digest());  // what every rank compares
     // Shared memory between every rank: the direct algorithms, whatever the switches.
     EXPECT_EQ(choose_algo(OpKind::allreduce, Algo::automatic, mst_below * 2, 4, Topo::shm, w), Algo::direct);
   }
+  // A line for one group size holds at that size only; at the others the file's switch has no
+  // line, so it takes the built-in one for any size, and none of the built-in ones for one size.
+  const std::string path8 = path + ".8";  // another name: a file is read again only when SHOAL_TUNING changes
+  {
+    std::ofstream f(path8);
+    f << "switch gather.mst_below@8 never\n";
+  }
+  {
+    ScopedEnv file("SHOAL_TUNING", path8.c_str());
+    const Ways w = Ways::current();
+    EXPECT_EQ(choose_algo(OpKind::gather, Algo::automatic, size_t(64) << 20, 8, Topo::hosts, w), Algo::mst);
+    const size_t any = built_in.switch_at(Switch::gather_mst_below, 5);  // no built-in line for 5 ranks
+    for (int p : {3, 4, 5}) EXPECT_EQ(w.switch_at(Switch::gather_mst_below, p), any) << p;
+  }
   std::remove(path.c_str());
+  std::remove(path8.c_str());
 }
 
 }  // namespace

@@ -424,6 +424,7 @@ void attack_store(int round) {
   for (auto& p : held_probes) {
     int fd = dial(port);
     if (fd < 0) {
+      if (g_sh->phase.load() >= 3) break;  // the ranks are over: the store may be gone
       hammer_fail("the store refused a connection: " + std::string(std::strerror(-fd)));
       continue;
     }
@@ -435,12 +436,13 @@ void attack_store(int round) {
   std::this_thread::sleep_for(20ms);
   sample_rank0_rss();
   for (auto& p : drop_probes) {
-    g_sh->store_probes.fetch_add(1);
     int fd = dial(port);
     if (fd < 0) {
+      if (g_sh->phase.load() >= 3) break;  // as above
       hammer_fail("the store refused a connection: " + std::string(std::strerror(-fd)));
       continue;
     }
+    g_sh->store_probes.fetch_add(1);
     send_all(fd, p);
     if (closed_within(fd, 3000))
       g_sh->store_dropped.fetch_add(1);

@@ -38,12 +38,20 @@ constexpr const char* kSwitchNames[] = {
     "hier.allreduce.split_from", "hier.broadcast.chain_from", "hier.allgather.ring_from"};
 static_assert(std::size(kSwitchNames) == kSwitches);
 
+// The lines for one group size in one order, whatever the file's: the switches' digest compares
+// them.
+void sort_at_ranks(Tuning& t) {
+  std::sort(t.at_ranks.begin(), t.at_ranks.end(), [](const Tuning::AtRanks& a, const Tuning::AtRanks& b) {
+    return std::make_pair(a.s, a.ranks) < std::make_pair(b.s, b.ranks);
+  });
+}
+
 // SHOAL_TUNING's tuning, with the built-in points for the ops the file has none of and the
-// built-in switches it does not set.
+// built-in lines of the switches it does not set.
 Tuning load(const std::optional<std::string>& path) {
   Tuning built_in = parse_tuning(kBuiltIn, "the built-in tuning");
   for (size_t i = 0; i < kSwitches; ++i)
-    if (!built_in.has[i]) throw Error(std::string("the built-in tuning has no switch ") + kSwitchNames[i]);
+    if (!built_in.has_all[i]) throw Error(std::string("the built-in tuning has no switch ") + kSwitchNames[i]);
   if (!path) return built_in;
   std::ifstream f(*path);
   if (!f) throw InvalidArgument("SHOAL_TUNING='" + *path + "': cannot read the file");
@@ -54,8 +62,16 @@ Tuning load(const std::optional<std::string>& path) {
     if (std::none_of(t.points.begin(), t.points.end(), [&](const CostPoint& q) { return q.op == op; }))
       for (const CostPoint& q : built_in.points)
         if (q.op == op) t.points.push_back(q);
-  for (size_t i = 0; i < kSwitches; ++i)
-    if (!t.has[i]) t.switches[i] = built_in.switches[i], t.has[i] = true;
+  // A switch the file names, with @ or without, is the file's at every group size it names, and
+  // the built-in line without @ at the others.
+  for (size_t i = 0; i < kSwitches; ++i) {
+    if (!t.has_all[i]) t.switches[i] = built_in.switches[i], t.has_all[i] = true;
+    if (t.has[i]) continue;
+    t.has[i] = true;
+    for (const Tuning::AtRanks& a : built_in.at_ranks)
+      if (static_cast<size_t>(a.s) == i) t.at_ranks.push_back(a);
+  }
+  sort_at_ranks(t);
   return t;
 }
 
@@ -195,6 +211,7 @@ uint64_t Ways::digest() const {
 uint64_t Ways::switches_digest() const {
   direct::Sig d;
   for (size_t at : tuning_->switches) d.add(at);
+  for (const Tuning::AtRanks& a : tuning_->at_ranks) d.add(static_cast<uint64_t>(a.s)).add(static_cast<uint64_t>(a.ranks)).add(a.bytes);
   return d.value();
 }
 
@@ -217,6 +234,14 @@ Tuning parse_tuning(const std::string& text, const std::string& where) {
       std::string name, at, more;
       if (!(w >> name >> at)) bad("expected: switch NAME BYTES");
       if (w >> more) bad("unexpected '" + more + "' after the bytes");
+      int ranks = 0;  // 0: any group size
+      if (const size_t sign = name.find('@'); sign != std::string::npos) {
+        const std::string p = name.substr(sign + 1);
+        const auto got = std::from_chars(p.data(), p.data() + p.size(), ranks);
+        if (got.ec != std::errc() || got.ptr != p.data() + p.size() || ranks < 1)
+          bad("expected a number of ranks after '@', not '" + p + "'");
+        name.resize(sign);
+      }
       const auto* named = std::find_if(std::begin(kSwitchNames), std::end(kSwitchNames), [&](const char* k) { return name == k; });
       if (named == std::end(kSwitchNames)) {
         std::string names;
@@ -224,12 +249,20 @@ Tuning parse_tuning(const std::string& text, const std::string& where) {
         bad("unknown switch '" + name + "' (the switches: " + names + ")");
       }
       const size_t i = static_cast<size_t>(named - std::begin(kSwitchNames));
-      if (t.has[i]) bad("a second line for the switch " + name);
+      const Switch s = static_cast<Switch>(i);
       size_t bytes = 0;
       const auto got = std::from_chars(at.data(), at.data() + at.size(), bytes);
       if (at == "never") bytes = kNever;
       else if (got.ec != std::errc() || got.ptr != at.data() + at.size()) bad("expected a number of bytes or 'never', not '" + at + "'");
-      t.switches[i] = bytes, t.has[i] = true;
+      if (ranks > 0) {
+        for (const Tuning::AtRanks& a : t.at_ranks)
+          if (a.s == s && a.ranks == ranks) bad("a second line for the switch " + name + " at " + std::to_string(ranks) + " ranks");
+        t.at_ranks.push_back(Tuning::AtRanks{s, ranks, bytes});
+      } else {
+        if (t.has_all[i]) bad("a second line for the switch " + name);
+        t.switches[i] = bytes, t.has_all[i] = true;
+      }
+      t.has[i] = true;
       continue;
     }
     if (kind != "direct") bad("expected 'direct' or 'switch', the kinds of line a tuning file has");
@@ -261,6 +294,7 @@ Tuning parse_tuning(const std::string& text, const std::string& where) {
   }
   if (!any)
     throw InvalidArgument(where + ": no points (lines 'direct OP RANKS BYTES WAY0_US WAY1_US') and no switches ('switch NAME BYTES')");
+  sort_at_ranks(t);
   return t;
 }
 

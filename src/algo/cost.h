@@ -44,7 +44,9 @@ const char* choice_name(Choice c);
 // (select.cpp), and where a hierarchical op changes form (hierarchical.cpp): bytes of the op's
 // message as choose_algo counts them. Each is a point measured on the machine: a tuning file's
 // `switch NAME BYTES` lines, else the built-in ones (docs/algorithms.md, "Where the choice
-// changes", has each one's meaning and the command that measures it).
+// changes", has each one's meaning and the command that measures it). A line `switch NAME@P BYTES`
+// holds for groups of exactly P ranks (what a tune at P ranks measured), the line without @ for
+// the others.
 enum class Switch : uint8_t {
   allreduce_mst_below,           // allreduce: mst below
   allreduce_bde_up_to,           //   bde up to here (p a power of two), ring above
@@ -79,10 +81,22 @@ struct CostPoint {
 
 // What a tuning file holds: the measured points of the direct ops' two ways, and the switches.
 struct Tuning {
+  struct AtRanks {  // a `switch NAME@P BYTES` line
+    Switch s;
+    int ranks;
+    size_t bytes;
+  };
   std::vector<CostPoint> points;
-  size_t switches[kSwitches] = {};  // by Switch,
-  bool has[kSwitches] = {};         // where the file has a line for it
-  size_t at(Switch s) const { return switches[static_cast<size_t>(s)]; }
+  size_t switches[kSwitches] = {};  // by Switch, for any group size,
+  bool has_all[kSwitches] = {};     // where the file has that line (without @)
+  bool has[kSwitches] = {};         // where it has any line for the switch
+  std::vector<AtRanks> at_ranks;    // for one group size
+  // Switch s for a group of p ranks: its line for p, else its line for any size.
+  size_t at(Switch s, int p) const {
+    for (const AtRanks& a : at_ranks)
+      if (a.s == s && a.ranks == p) return a.bytes;
+    return switches[static_cast<size_t>(s)];
+  }
 };
 
 // The tuning in effect: SHOAL_TUNING's (with the built-in points for an op it has none of, and
@@ -118,8 +132,8 @@ class Ways {
   // host takes the pairwise exchange over the rings rather than the scratch slots.
   bool alltoall_pairwise(Choice op, size_t n, int p) const { return cheaper(op, n, p) == 1; }
 
-  // Where the automatic choice over the network changes (Switch).
-  size_t switch_at(Switch s) const { return tuning_->at(s); }
+  // Where the automatic choice over the network changes (Switch) in a group of p ranks.
+  size_t switch_at(Switch s, int p) const { return tuning_->at(s, p); }
 
   // A digest of the points and forced ways. Ranks of one host with different digests could run
   // one op different ways, so the group's creation compares them (rendezvous).
@@ -137,7 +151,7 @@ class Ways {
 // Parses a tuning file: '#' comments, one line per measured point,
 //   direct <allreduce|reduce|alltoall|alltoallv> <ranks> <bytes> <way 0 µs> <way 1 µs> [<way 0 µs> <way 1 µs>]
 // the second pair from another round (above), and one per switch it sets,
-//   switch <name> <bytes|never>
+//   switch <name>[@<ranks>] <bytes|never>
 // Throws InvalidArgument naming `where` and the line.
 Tuning parse_tuning(const std::string& text, const std::string& where);
 

@@ -46,7 +46,7 @@ namespace shoal::algo {
 namespace {
 
 // Whether an op of `bytes` is past `s`, where it changes form (the group's tuning).
-bool from(const Ctx& c, Switch s, size_t bytes) { return bytes >= c.ways().switch_at(s); }
+bool from(const Ctx& c, Switch s, size_t bytes) { return bytes >= c.ways().switch_at(s, c.size); }
 
 const HostMap& hosts_of(const Ctx& c) {
   if (!c.hosts()) throw Error(std::string(c.what) + ": internal error: no host layout for a hierarchical algorithm");
