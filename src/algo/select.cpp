@@ -29,6 +29,7 @@ const char* op_kind_name(OpKind k) {
 Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo, const algo::Ways& ways) {
   using algo::Switch;
   auto below = [&](Switch s) { return bytes < ways.switch_at(s, size); };
+  const bool pow2 = (size & (size - 1)) == 0;  // halving and BDE fold a rank in otherwise
   const bool shm_all = topo == Topo::shm;
   const bool several_hosts = topo == Topo::hosts || topo == Topo::hosts_shm;
   // Hosts with shared memory inside: the hierarchical algorithms (hierarchical.cpp) keep most
@@ -57,7 +58,7 @@ Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo,
       if (shm_all) return Algo::direct;
       if (hier) return Algo::hier;
       if (below(Switch::allreduce_mst_below)) return Algo::mst;
-      return bytes <= ways.switch_at((size & (size - 1)) == 0 ? Switch::allreduce_bde_up_to : Switch::allreduce_bde_up_to_odd_p, size)
+      return bytes <= ways.switch_at(pow2 ? Switch::allreduce_bde_up_to : Switch::allreduce_bde_up_to_odd_p, size)
                  ? Algo::bde
                  : Algo::ring;
     case OpKind::broadcast:
@@ -78,8 +79,7 @@ Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo,
       return below(Switch::allgather_rd_below) ? Algo::rd : Algo::ring;
     case OpKind::reduce_scatter:
       if (shm_all) return Algo::direct;
-      return below((size & (size - 1)) == 0 ? Switch::reduce_scatter_halving_below
-                                            : Switch::reduce_scatter_halving_below_odd_p)
+      return below(pow2 ? Switch::reduce_scatter_halving_below : Switch::reduce_scatter_halving_below_odd_p)
                  ? Algo::rd
                  : Algo::ring;
     case OpKind::gather:

@@ -1,12 +1,9 @@
 #include "core/peer_transport.h"
 
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstddef>
-#include <cstring>
 
 #include "base/log.h"
 #include "shoal/error.h"
@@ -18,7 +15,7 @@ namespace shoal {
 // ---- Shared memory -------------------------------------------------------------------------------
 
 ShmPeers::ShmPeers(int rank, std::string host_id, std::string group_id, std::vector<int> local, size_t ring,
-                   size_t scratch, bool single_copy, std::vector<ShmSegment>& segs)
+                   size_t scratch, bool single_copy, uint64_t nonce, std::vector<ShmSegment>& segs)
     : rank_(rank),
       host_id_(std::move(host_id)),
       group_id_(std::move(group_id)),
@@ -26,24 +23,19 @@ ShmPeers::ShmPeers(int rank, std::string host_id, std::string group_id, std::vec
       ring_(ring),
       scratch_(scratch),
       single_copy_(single_copy),
+      nonce_(nonce),
       segs_(segs) {}
 
 int ShmPeers::slot_of(int r) const {
   return static_cast<int>(std::find(local_.begin(), local_.end(), r) - local_.begin());
 }
 
-// info: host identity | segment name | nonce. The nonce tells this group's segment from a stale
-// one of the same name.
+// info: host identity | segment name | nonce.
 std::string ShmPeers::prepare(const std::vector<bool>&) {
   ShmSegment::remove_stale_segments();
-  uint64_t nonce = 0;
-  ssize_t got;
-  while ((got = getrandom(&nonce, sizeof nonce, 0)) < 0 && errno == EINTR) {
-  }
-  if (got != static_cast<ssize_t>(sizeof nonce)) throw Error(std::string("getrandom: ") + std::strerror(errno));
   const std::string name = ShmSegment::make_name(getpid(), group_id_, rank_);
-  segs_[rank_] = ShmSegment::create(name, static_cast<int>(local_.size()), ring_, scratch_, nonce);
-  return host_id_ + "|" + name + "|" + std::to_string(nonce);
+  segs_[rank_] = ShmSegment::create(name, static_cast<int>(local_.size()), ring_, scratch_, nonce_);
+  return host_id_ + "|" + name + "|" + std::to_string(nonce_);
 }
 
 char ShmPeers::can_connect(int r, const std::string& info) {

@@ -3,6 +3,7 @@
 // (prepare), says per peer whether it can reach it (can_connect: both sides of a pair must), and
 // makes the link of each pair it got (connect). rendezvous.cpp runs the rounds through the store.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,9 +41,10 @@ class PeerTransport {
 class ShmPeers final : public PeerTransport {
  public:
   // `segs` (by rank) receives this rank's segment and those of the peers it keeps; `local` is the
-  // ranks of this host, in rank order (a rank's slot in the rings is its index there).
+  // ranks of this host, in rank order (a rank's slot in the rings is its index there); `nonce`, a
+  // random number, tells this group's segment from a stale one of the same name.
   ShmPeers(int rank, std::string host_id, std::string group_id, std::vector<int> local, size_t ring, size_t scratch,
-           bool single_copy, std::vector<ShmSegment>& segs);
+           bool single_copy, uint64_t nonce, std::vector<ShmSegment>& segs);
   const char* name() const override { return "shm"; }
   std::string prepare(const std::vector<bool>& wanted) override;
   char can_connect(int r, const std::string& info) override;
@@ -58,6 +60,7 @@ class ShmPeers final : public PeerTransport {
   std::vector<int> local_;
   size_t ring_, scratch_;
   bool single_copy_;
+  uint64_t nonce_;
   std::vector<ShmSegment>& segs_;
   bool single_copy_all_ = false;
 };

@@ -309,7 +309,10 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   std::shared_ptr<TcpPeers> tcp;
   std::vector<std::shared_ptr<PeerTransport>> transports;
   if (opts.transport != TransportKind::tcp) {
-    shm = std::make_shared<ShmPeers>(rank, me, short_id, local, sizes.ring, sizes.scratch, opts.single_copy, topo.segs);
+    uint64_t nonce;
+    random_bytes(reinterpret_cast<uint8_t*>(&nonce), sizeof nonce);
+    shm = std::make_shared<ShmPeers>(rank, me, short_id, local, sizes.ring, sizes.scratch, opts.single_copy, nonce,
+                                     topo.segs);
     transports.push_back(shm);
   }
   if (opts.transport != TransportKind::shm) {
@@ -321,7 +324,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   // The transport of pair (a, b), an index into `transports` (-1: none yet): a byte each, as a
   // group of thousands of ranks holds size^2 of them.
   std::vector<std::vector<int8_t>> pair_of(size, std::vector<int8_t>(size, -1));
-  std::vector<int> of(size, -1);  // this rank's row of pair_of
+  const std::vector<int8_t>& of = pair_of[rank];  // this rank's pairs
   auto undecided = [&] {
     for (int a = 0; a < size; ++a)
       for (int b = 0; b < size; ++b)
@@ -357,8 +360,8 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
       for (int b = 0; b < size; ++b)
         if (a != b && pair_of[a][b] < 0 && reaches[a][b] != '0' && reaches[b][a] != '0') pair_of[a][b] = static_cast<int8_t>(k);
     for (int r = 0; r < size; ++r) {
-      mine[r] = r != rank && of[r] < 0 && pair_of[rank][r] == static_cast<int>(k);
-      if (mine[r]) of[r] = static_cast<int>(k), topo.transport[r] = t.name();
+      mine[r] = r != rank && of[r] == static_cast<int>(k);  // this round's: rounds give different k
+      if (mine[r]) topo.transport[r] = t.name();
     }
     t.agreed(reaches, mine);
   }
