@@ -1088,6 +1088,29 @@ TEST(CollectivesSmall, RanksApartGetEveryResult) {
   });
 }
 
+// allgather(count) and allgatherv with every count equal are one call: ranks may mix the two
+// (as MPI's users mix MPI_Allgather and MPI_Allgatherv), small and chunked, over each transport.
+TEST(CollectivesAllgather, RanksMayMixAllgatherAndAllgathervOfEqualCounts) {
+  for (const char* transport : {"shm", "tcp"}) {
+    RunConfig cfg = timed_config(transport, std::chrono::seconds(30), std::chrono::seconds(90));
+    run_ranks(3, cfg, [](Communicator& c) {
+      const int n = c.size(), me = c.rank();
+      for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(100003)}) {
+        for (int k = 0; k < 4; ++k) {
+          auto value = [&](int rank, size_t i) { return int32_t(1000 * k + 7 * rank + int32_t(i % 1000)); };
+          std::vector<int32_t> in(count), out(count * n, -1);
+          for (size_t i = 0; i < count; ++i) in[i] = value(me, i);
+          if ((me + k) % 2 == 0) c.allgather(in.data(), out.data(), count, DType::i32)->wait();
+          else c.allgatherv(in.data(), out.data(), std::vector<size_t>(n, count), DType::i32)->wait();
+          for (int r = 0; r < n; ++r)
+            for (size_t i = 0; i < count; ++i)
+              SH_CHECK_EQ(out[r * count + i], value(r, i)) << "count " << count << ", op " << k << ", block " << r;
+        }
+      }
+    });
+  }
+}
+
 // The reference itself: the inputs are exact and the expected values are what the file comment
 // promises (so a failure above is the library's, not the generator's).
 TEST(CollectivesReference, InputsAreExact) {

@@ -97,6 +97,8 @@ class Ctx {
   // The measured costs and forced ways the group formed with.
   const algo::Ways& ways() const { return ways_; }
   Engine& engine() { return engine_; }
+  // The op's signature: its call's arguments and number, the same on every rank of a matching call.
+  uint64_t sig() const { return sig_; }
 
  private:
   Engine& engine_;

@@ -1,5 +1,6 @@
 // The measured cost curves of the ops with two ways on one host (cost.h), and the choice between them.
 #include "algo/cost.h"
+#include "base/hash.h"
 
 #include <algorithm>
 #include <bit>
@@ -13,7 +14,6 @@
 #include <optional>
 #include <sstream>
 
-#include "algo/direct_common.h"
 #include "base/params.h"
 #include "shoal/error.h"
 
@@ -198,7 +198,7 @@ int Ways::cheaper(Choice op, size_t n, int p) const {
 }
 
 uint64_t Ways::digest() const {
-  direct::Sig d;
+  Hash d;
   d.add(points().size());
   for (const auto& q : points())
     d.add(static_cast<uint64_t>(q.op)).add(static_cast<uint64_t>(q.ranks)).add(q.bytes)
@@ -209,7 +209,7 @@ uint64_t Ways::digest() const {
 }
 
 uint64_t Ways::switches_digest() const {
-  direct::Sig d;
+  Hash d;
   for (size_t at : tuning_->switches) d.add(at);
   for (const Tuning::AtRanks& a : tuning_->at_ranks) d.add(static_cast<uint64_t>(a.s)).add(static_cast<uint64_t>(a.ranks)).add(a.bytes);
   return d.value();

@@ -66,20 +66,17 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
 
 void allgatherv_direct(Ctx& c, const void* in, void* out, const std::vector<size_t>& counts) {
   Sig s(OpKind::allgatherv, c);
-  for (size_t n : counts) s.add(n);
   gather_impl(c, in, out, counted_blocks(counts, c.esize), -1, s.value());
 }
 
 void allgather_direct(Ctx& c, const void* in, void* out, size_t count) {
-  Sig s(OpKind::allgatherv, c);  // as allgatherv_direct's for these counts: the ranks may mix the two
-  for (int j = 0; j < c.size; ++j) s.add(count);
+  Sig s(OpKind::allgatherv, c);  // as allgatherv_direct's: the ranks may mix the two
   if (small_fits(count * c.esize)) return gather_small(c, in, out, count * c.esize, -1, s.value());
   gather_impl(c, in, out, uniform_blocks(count, c.size, c.esize), -1, s.value());
 }
 
 void gather_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
   Sig s(OpKind::gather, c);
-  s.add(count).add(static_cast<uint64_t>(root));
   if (small_fits(count * c.esize)) return gather_small(c, in, out, count * c.esize, root, s.value());
   gather_impl(c, in, out, uniform_blocks(count, c.size, c.esize), root, s.value());
 }

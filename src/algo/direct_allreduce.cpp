@@ -43,7 +43,6 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   const int p = c.size, r = c.rank;
   const size_t es = c.esize, n = count * es;
   Sig s(root < 0 ? OpKind::allreduce : OpKind::reduce, c);
-  s.add(static_cast<uint64_t>(c.op)).add(count).add(static_cast<uint64_t>(root + 1));
   if (small_fits(count * c.esize)) return allreduce_small(c, in, out, count, root, s.value());
   const size_t sb = slot_bytes(g);
   // The ranks agree on the way by the same table (cost.h, compared when the group formed); the

@@ -47,7 +47,7 @@ void alltoall_direct(Ctx& c, const void* in, void* out, size_t count) {
   const int p = c.size, r = c.rank;
   const size_t bs = count * c.esize, all = bs * static_cast<size_t>(p);
   Sig sig(OpKind::alltoallv, c);
-  sig.add(count).add(1);  // 1: the equal-blocks form
+  sig.add(1);  // 1: the equal-blocks form
   if (small_fits(all)) return alltoall_small(c, in, out, count, sig.value());
   ShmGroup& g = *c.shm();
   // With many ranks a slot holds only small pieces of each block, and each phase costs a barrier

@@ -29,7 +29,6 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
   const int p = c.size, r = c.rank;
   const size_t n = count * c.esize;
   Sig s(OpKind::broadcast, c);
-  s.add(count).add(static_cast<uint64_t>(root));
   if (small_fits(n)) return broadcast_small(c, buf, count, root, s.value());
   begin(c, s.value());
   const size_t cb = chunk_target(g, p) / c.esize * c.esize;
@@ -54,7 +53,6 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
   const int p = c.size, r = c.rank;
   const size_t es = c.esize, bs = count * es;
   Sig s(OpKind::scatter, c);
-  s.add(count).add(static_cast<uint64_t>(root));
   if (small_fits(bs * static_cast<size_t>(p))) return scatter_small(c, in, out, count, root, s.value());
   // Each rank reads its block of the root's buffer, with at least 3 ranks: the readers then share
   // the cores while the root waits; with 2, the pipeline below keeps both cores copying, one reader

@@ -31,9 +31,7 @@ void take_chunked_number(Ctx& c, uint64_t sig) {
   uint64_t* h = header(*c.shm(), c.rank);
   const uint64_t n = h[0] + 1;  // word 0 is private to this rank
   h[0] = n;
-  Sig t;
-  t.add(sig).add(n);
-  __atomic_store_n(&h[1 + (n & 1)], t.value(), __ATOMIC_RELEASE);
+  __atomic_store_n(&h[1 + (n & 1)], hash_mix(sig, n), __ATOMIC_RELEASE);
 }
 
 void check(Ctx& c) {
@@ -50,7 +48,7 @@ void check(Ctx& c) {
 }
 
 void begin_single(Ctx& c, uint64_t sig, const void* mine) {
-  begin(c, Sig().add(sig).add(kSingleCopyToken).value());
+  begin(c, hash_mix(sig, kSingleCopyToken));
   __atomic_store_n(&header(*c.shm(), c.rank)[5], reinterpret_cast<uintptr_t>(mine), __ATOMIC_RELEASE);
 }
 

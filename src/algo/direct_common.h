@@ -32,6 +32,7 @@
 #include <cstdint>
 
 #include "algo/common.h"
+#include "base/hash.h"
 #include "transport/shm_group.h"
 
 namespace shoal::algo::direct {
@@ -72,20 +73,12 @@ size_t alltoall_piece(ShmGroup& g, int p, size_t largest);
 // Single copy from this many bytes (BENCHMARKS.md, "Single-copy transfers").
 inline constexpr size_t kSingleCopyBytes = size_t(2) << 20;
 
-class Sig {
- public:
-  Sig() = default;
-  Sig(OpKind kind, const Ctx& c) { add(static_cast<uint64_t>(kind) + 1).add(static_cast<uint64_t>(c.dt)).add(c.size); }
-  Sig& add(uint64_t v) {
-    h_ ^= v + 0x9e3779b97f4a7c15ull + (h_ << 6) + (h_ >> 2);
-    h_ *= 0xff51afd7ed558ccdull;
-    h_ ^= h_ >> 33;
-    return *this;
-  }
-  uint64_t value() const { return h_; }
-
- private:
-  uint64_t h_ = 0x5348414c44495245ull;
+// A direct op's token base, which its ranks write and its readers compare: the op's signature
+// (Ctx::sig), which holds the call's arguments and number, and the kind of direct op. A subgroup's
+// ops have their parent's signature, whose arguments fix theirs, so only what the signature
+// lacks is added (a form, a way chosen on this host).
+struct Sig : Hash {
+  Sig(OpKind kind, const Ctx& c) : Hash(hash_mix(c.sig(), static_cast<uint64_t>(kind) + 1)) {}
 };
 
 // Starts a chunked direct op: writes its token (sig mixed with this rank's chunked-op number)

@@ -28,7 +28,6 @@ void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count) {
   const int p = c.size, r = c.rank;
   const size_t es = c.esize;
   Sig s(OpKind::reduce_scatter, c);
-  s.add(static_cast<uint64_t>(c.op)).add(count);
   if (small_fits(count * es * static_cast<size_t>(p))) return reduce_scatter_small(c, in, out, count, s.value());
   begin(c, s.value());
   // pe: elements of each block per chunk, whole cache lines where possible.

@@ -89,9 +89,7 @@ Small small_begin(Ctx& c, uint64_t sig, size_t bytes) {
     }
     h[4] = m;
   }
-  Sig t;
-  t.add(sig).add(n);
-  return Small{n, t.value()};
+  return Small{n, hash_mix(sig, n)};
 }
 
 uint8_t* small_data(Ctx& c, const Small& s, size_t bytes) { return slot_data(*c.shm(), c.rank, s.n, bytes); }

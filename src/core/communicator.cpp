@@ -19,6 +19,7 @@
 #include "algo/registry.h"
 #include "algo/context.h"
 #include "engine/engine.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "base/params.h"
 #include "core/rendezvous.h"
@@ -44,12 +45,6 @@ constexpr std::chrono::microseconds kClaimGrace{200};
 constexpr std::chrono::milliseconds kActiveFor{100};
 // How long a waiter progresses its p2p op itself while other ops are queued (run_claimed).
 constexpr std::chrono::microseconds kInlineP2PFor{1000};
-
-uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  h *= 0xff51afd7ed558ccdull;
-  return h ^ (h >> 33);
-}
 
 // A call in a CallRecord's words (base/call.h), and in words for errors and SHOAL_LOG=debug.
 constexpr uint64_t kSendKind = 100, kRecvKind = 101;  // kinds past OpKind's: p2p
@@ -347,8 +342,8 @@ struct Communicator::Impl final : WorkDriver {
     if (!p && count > 0) throw InvalidArgument(std::string(what) + ": " + name + " is null but count is " + std::to_string(count));
   }
   static size_t bytes_of(size_t count, DType dt, const char* what) {
-    size_t es = dtype_size(dt);
-    if (count > SIZE_MAX / es / 4) throw InvalidArgument(std::string(what) + ": count " + std::to_string(count) + " is too large");
+    size_t es = dtype_size(dt), limit;
+    if (__builtin_mul_overflow(count, es * 4, &limit)) throw InvalidArgument(std::string(what) + ": count " + std::to_string(count) + " is too large");
     return count * es;
   }
   Algo pick(OpKind kind, Algo requested, size_t bytes) const {
@@ -362,14 +357,14 @@ struct Communicator::Impl final : WorkDriver {
   }
   uint64_t signature(OpKind kind, DType dt, ReduceOp op, size_t count, int root, Algo algo, uint64_t extra) {
     const uint64_t what = call_what(static_cast<uint64_t>(kind), dt, op, algo, root + 1);
-    return mix(mix(what, count), extra);  // sequence() adds the op's number
+    return hash_mix(hash_mix(what, count), extra);  // sequence() adds the op's number
   }
   // By the thread that owns the engine, as the op starts: ops run in the order they were
   // submitted, so the ranks agree on the nth collective, whichever threads submit them. Its number
   // goes in its signature.
   void sequence(OpDesc& d) {
     d.seq = ++coll_seq;
-    d.sig = mix(d.sig, d.seq);
+    d.sig = hash_mix(d.sig, d.seq);
   }
   // Queues `d` as a collective, signed with `count` (what the ranks must agree on) and `extra`;
   // it runs with its own Ctx (run_one). A blocking call runs it at once on this thread when the
@@ -855,7 +850,7 @@ WorkPtr Communicator::Impl::p2p(Request::Dir dir, void* buf, size_t count, DType
   check_open();
   // Posted in the background (pending), so a send and a receive issued back to back by two
   // ranks cannot deadlock each other; the tag and dtype are part of the frame's signature.
-  uint64_t sig = mix(mix(0x5032505ull, tag), static_cast<uint64_t>(dt));
+  uint64_t sig = hash_mix(hash_mix(0x5032505ull, tag), static_cast<uint64_t>(dt));
   Op o;
   o.what = what;
   o.is_p2p = true;
@@ -958,6 +953,10 @@ WorkPtr Communicator::recv(void* buf, size_t count, DType dt, int peer, uint64_t
 // ---- collectives ----
 
 namespace {
+// The signature's part for allgather(v)'s counts. Equal counts hash alike from either call, so the
+// ranks may mix the two, in one mix whatever the group's size.
+uint64_t equal_counts_hash(size_t count) { return hash_mix(0x616c6c676174686full, count); }
+
 void check_reduce(DType dt, ReduceOp op, const char* what) {
   dtype_size(dt);  // throws for an unknown dtype
   if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::bxor))
@@ -999,9 +998,7 @@ WorkPtr Communicator::allgather(const void* in, void* out, size_t count, DType d
   if (count > SIZE_MAX / static_cast<size_t>(m.size))
     throw InvalidArgument("allgather: count " + std::to_string(count) + " is too large");
   const size_t total = count * static_cast<size_t>(m.size);
-  uint64_t h = 0;  // as allgatherv's for these counts: the ranks may mix the two calls
-  for (int j = 0; j < m.size; ++j) h = mix(h, count);
-  return m.allgather_op(in, out, count, {}, total, h, dt, o);
+  return m.allgather_op(in, out, count, {}, total, equal_counts_hash(count), dt, o);
 }
 
 WorkPtr Communicator::allgatherv(const void* in, void* out, const std::vector<size_t>& counts, DType dt, CallOptions o) {
@@ -1010,11 +1007,14 @@ WorkPtr Communicator::allgatherv(const void* in, void* out, const std::vector<si
     throw InvalidArgument("allgather: counts has " + std::to_string(counts.size()) + " entries for a group of " +
                           std::to_string(m.size));
   size_t total = 0;
-  uint64_t h = 0;
+  bool equal = true;
   for (size_t c : counts) {
-    total += c;
-    h = mix(h, c);
+    if (__builtin_add_overflow(total, c, &total)) throw InvalidArgument("allgather: the counts' sum is too large");
+    equal = equal && c == counts[0];
   }
+  uint64_t h = equal_counts_hash(counts[0]);
+  if (!equal)
+    for (size_t c : counts) h = hash_mix(h, c);
   return m.allgather_op(in, out, counts[m.rank], counts, total, h, dt, o);
 }
 
