@@ -181,6 +181,11 @@ TEST_P(InvalidArgs, RaiseOnCallerOnly) {
       invalid("allgatherv counts n-1", [&] { return c.allgatherv(A, B, std::vector<size_t>(n - 1, 1), f); });
       invalid("allgatherv counts n+1", [&] { return c.allgatherv(A, B, std::vector<size_t>(n + 1, 1), f); });
       invalid("allgatherv counts empty", [&] { return c.allgatherv(A, B, {}, f); });
+      invalid("allgatherv counts summing past SIZE_MAX", [&] {  // a wrapped sum would look small
+        std::vector<size_t> counts(n, 1);
+        counts[0] = SIZE_MAX;
+        return c.allgatherv(A, B, counts, f);
+      });
       invalid("alltoallv send_counts n-1",
               [&] { return c.alltoallv(A, std::vector<size_t>(n - 1, 1), B, std::vector<size_t>(n, 1), f); });
       invalid("alltoallv recv_counts n+1",
