@@ -143,4 +143,53 @@ class SrcPtrs {
   const E** ptrs_;
 };
 
+// ---- The table of one SIMD kernel set (kernels_avx2.cpp, kernels_avx512.cpp) ---------------
+// K describes the set: its element traits (K::f16 ... K::boolean), its ops (K::sum ... K::bxor),
+// and the addresses of its kernels, K::many_fn<Tr, Op> and K::scale_fn<Tr>. The integer
+// scale_avg stays scalar.
+namespace table_detail {
+template <class K, class Tr>
+void arith(KernelTable& t, DType dt) {
+  auto& row = t.many[static_cast<int>(dt)];
+  row[static_cast<int>(ReduceOp::sum)] = K::template many_fn<Tr, typename K::sum>;
+  row[static_cast<int>(ReduceOp::prod)] = K::template many_fn<Tr, typename K::prod>;
+  row[static_cast<int>(ReduceOp::min)] = K::template many_fn<Tr, typename K::min>;
+  row[static_cast<int>(ReduceOp::max)] = K::template many_fn<Tr, typename K::max>;
+}
+template <class K, class Tr>
+void bitwise(KernelTable& t, DType dt) {
+  auto& row = t.many[static_cast<int>(dt)];
+  row[static_cast<int>(ReduceOp::band)] = K::template many_fn<Tr, typename K::band>;
+  row[static_cast<int>(ReduceOp::bor)] = K::template many_fn<Tr, typename K::bor>;
+  row[static_cast<int>(ReduceOp::bxor)] = K::template many_fn<Tr, typename K::bxor>;
+}
+}  // namespace table_detail
+
+template <class K>
+KernelTable simd_table(SimdLevel level, const char* name) {
+  using namespace table_detail;
+  KernelTable t = *scalar_kernels();
+  t.level = level;
+  t.name = name;
+  arith<K, typename K::f16>(t, DType::f16);
+  arith<K, typename K::bf16>(t, DType::bf16);
+  arith<K, typename K::f32>(t, DType::f32);
+  arith<K, typename K::f64>(t, DType::f64);
+  arith<K, typename K::i8>(t, DType::i8);
+  arith<K, typename K::u8>(t, DType::u8);
+  arith<K, typename K::i32>(t, DType::i32);
+  arith<K, typename K::i64>(t, DType::i64);
+  arith<K, typename K::boolean>(t, DType::boolean);
+  bitwise<K, typename K::i8>(t, DType::i8);
+  bitwise<K, typename K::u8>(t, DType::u8);
+  bitwise<K, typename K::i32>(t, DType::i32);
+  bitwise<K, typename K::i64>(t, DType::i64);
+  bitwise<K, typename K::boolean>(t, DType::boolean);
+  t.scale[static_cast<int>(DType::f16)] = K::template scale_fn<typename K::f16>;
+  t.scale[static_cast<int>(DType::bf16)] = K::template scale_fn<typename K::bf16>;
+  t.scale[static_cast<int>(DType::f32)] = K::template scale_fn<typename K::f32>;
+  t.scale[static_cast<int>(DType::f64)] = K::template scale_fn<typename K::f64>;
+  return t;
+}
+
 }  // namespace shoal::reduce_impl

@@ -232,51 +232,34 @@ SHOAL_AVX2 void scale(void* buf, size_t count, int divisor) {
   for (; i < count; ++i) b[i] = S::store(S::load(b[i]) / ds);
 }
 
-template <class Tr>
-void fill_arith(KernelTable& t, DType dt) {
-  auto& row = t.many[static_cast<int>(dt)];
-  row[static_cast<int>(ReduceOp::sum)] = &many<Tr, OpSum>;
-  row[static_cast<int>(ReduceOp::prod)] = &many<Tr, OpProd>;
-  row[static_cast<int>(ReduceOp::min)] = &many<Tr, OpMin>;
-  row[static_cast<int>(ReduceOp::max)] = &many<Tr, OpMax>;
-}
-template <class Tr>
-void fill_bitwise(KernelTable& t, DType dt) {
-  auto& row = t.many[static_cast<int>(dt)];
-  row[static_cast<int>(ReduceOp::band)] = &many<Tr, OpBand>;
-  row[static_cast<int>(ReduceOp::bor)] = &many<Tr, OpBor>;
-  row[static_cast<int>(ReduceOp::bxor)] = &many<Tr, OpBxor>;
-}
-
-KernelTable build() {
-  KernelTable t = *scalar_kernels();  // integer scale_avg stays scalar
-  t.level = SimdLevel::avx2;
-  t.name = "avx2";
-  fill_arith<F16>(t, DType::f16);
-  fill_arith<BF16>(t, DType::bf16);
-  fill_arith<F32>(t, DType::f32);
-  fill_arith<F64>(t, DType::f64);
-  fill_arith<I8>(t, DType::i8);
-  fill_arith<U8>(t, DType::u8);
-  fill_arith<I32>(t, DType::i32);
-  fill_arith<I64>(t, DType::i64);
-  fill_arith<Bool>(t, DType::boolean);
-  fill_bitwise<I8>(t, DType::i8);
-  fill_bitwise<U8>(t, DType::u8);
-  fill_bitwise<I32>(t, DType::i32);
-  fill_bitwise<I64>(t, DType::i64);
-  fill_bitwise<Bool>(t, DType::boolean);
-  t.scale[static_cast<int>(DType::f16)] = &scale<F16>;
-  t.scale[static_cast<int>(DType::bf16)] = &scale<BF16>;
-  t.scale[static_cast<int>(DType::f32)] = &scale<F32>;
-  t.scale[static_cast<int>(DType::f64)] = &scale<F64>;
-  return t;
-}
+// This kernel set, as simd_table reads it.
+struct Set {
+  using f16 = F16;
+  using bf16 = BF16;
+  using f32 = F32;
+  using f64 = F64;
+  using i8 = I8;
+  using u8 = U8;
+  using i32 = I32;
+  using i64 = I64;
+  using boolean = Bool;
+  using sum = OpSum;
+  using prod = OpProd;
+  using min = OpMin;
+  using max = OpMax;
+  using band = OpBand;
+  using bor = OpBor;
+  using bxor = OpBxor;
+  template <class Tr, class Op>
+  static constexpr ManyFn many_fn = &many<Tr, Op>;
+  template <class Tr>
+  static constexpr ScaleFn scale_fn = &scale<Tr>;
+};
 
 }  // namespace
 
 const KernelTable* avx2_kernels() {
-  static const KernelTable table = build();
+  static const KernelTable table = simd_table<Set>(SimdLevel::avx2, "avx2");
   return &table;
 }
 
