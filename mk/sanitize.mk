@@ -104,7 +104,8 @@ FUZZ_LIMITS ?= -rss_limit_mb=512 -malloc_limit_mb=256 -timeout=5
 FUZZ_CXXFLAGS := -std=c++20 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
   -fno-sanitize-recover=undefined -Iinclude -Isrc -MMD -MP
 FUZZ_LIB_SOURCES := src/store/tcp_store.cpp src/store/tcp_store_server.cpp src/store/tcp_store_wire.cpp \
-  src/transport/tcp_link.cpp src/transport/tcp_connect.cpp src/transport/tcp_socket.cpp \
+  src/transport/tcp_link.cpp src/transport/tcp_connect.cpp src/transport/tcp_accept.cpp src/transport/tcp_dial.cpp \
+  src/transport/tcp_socket.cpp \
   src/transport/net_address.cpp src/base/log.cpp src/base/params.cpp
 FUZZ_LIB_OBJS := $(FUZZ_LIB_SOURCES:%.cpp=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_BINS := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/bin/%)

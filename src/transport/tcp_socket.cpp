@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <cstring>
@@ -71,6 +72,25 @@ int listen_any() {
     throw Error("tcp set-up: bind/listen: " + errno_string(e));
   }
   return fd;
+}
+
+bool EpollSet::add(int s, uint32_t events) const {
+  if (fd < 0 || s < 0) return true;
+  epoll_event ev{};
+  ev.events = events;
+  return ::epoll_ctl(fd, EPOLL_CTL_ADD, s, &ev) == 0;
+}
+
+void EpollSet::watch(int s, uint32_t events) const {
+  if (!add(s, events | EPOLLET)) throw Error("tcp set-up: epoll_ctl: " + errno_string(errno));
+}
+
+void EpollSet::unwatch(int s) const noexcept {
+  if (fd >= 0 && s >= 0) (void)::epoll_ctl(fd, EPOLL_CTL_DEL, s, nullptr);
+}
+
+std::string fd_limit_hint(int err) {
+  return err == EMFILE || err == ENFILE ? " (the limit on open files, RLIMIT_NOFILE: raise `ulimit -n`)" : "";
 }
 
 int port_of(int fd) {
