@@ -232,34 +232,12 @@ SHOAL_AVX2 void scale(void* buf, size_t count, int divisor) {
   for (; i < count; ++i) b[i] = S::store(S::load(b[i]) / ds);
 }
 
-// This kernel set, as simd_table reads it.
-struct Set {
-  using f16 = F16;
-  using bf16 = BF16;
-  using f32 = F32;
-  using f64 = F64;
-  using i8 = I8;
-  using u8 = U8;
-  using i32 = I32;
-  using i64 = I64;
-  using boolean = Bool;
-  using sum = OpSum;
-  using prod = OpProd;
-  using min = OpMin;
-  using max = OpMax;
-  using band = OpBand;
-  using bor = OpBor;
-  using bxor = OpBxor;
-  template <class Tr, class Op>
-  static constexpr ManyFn many_fn = &many<Tr, Op>;
-  template <class Tr>
-  static constexpr ScaleFn scale_fn = &scale<Tr>;
-};
+#include "reduce/simd_table.inc"
 
 }  // namespace
 
 const KernelTable* avx2_kernels() {
-  static const KernelTable table = simd_table<Set>(SimdLevel::avx2, "avx2");
+  static const KernelTable table = simd_table(SimdLevel::avx2, "avx2");
   return &table;
 }
 

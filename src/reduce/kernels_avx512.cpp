@@ -252,34 +252,12 @@ SHOAL_AVX512 void scale(void* buf, size_t count, int divisor) {
   if (i < count) Tr::store_tail(b + i, Tr::div(Tr::load_tail(b + i, count - i), d), count - i);
 }
 
-// This kernel set, as simd_table reads it.
-struct Set {
-  using f16 = F16;
-  using bf16 = BF16;
-  using f32 = F32;
-  using f64 = F64;
-  using i8 = I8;
-  using u8 = U8;
-  using i32 = I32;
-  using i64 = I64;
-  using boolean = Bool;
-  using sum = OpSum;
-  using prod = OpProd;
-  using min = OpMin;
-  using max = OpMax;
-  using band = OpBand;
-  using bor = OpBor;
-  using bxor = OpBxor;
-  template <class Tr, class Op>
-  static constexpr ManyFn many_fn = &many<Tr, Op>;
-  template <class Tr>
-  static constexpr ScaleFn scale_fn = &scale<Tr>;
-};
+#include "reduce/simd_table.inc"
 
 }  // namespace
 
 const KernelTable* avx512_kernels() {
-  static const KernelTable table = simd_table<Set>(SimdLevel::avx512, "avx512");
+  static const KernelTable table = simd_table(SimdLevel::avx512, "avx512");
   return &table;
 }
 
