@@ -15,7 +15,25 @@ inline constexpr DType kAllDTypes[] = {DType::f16, DType::bf16, DType::f32, DTyp
 inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
                                              ReduceOp::avg, ReduceOp::band, ReduceOp::bor, ReduceOp::bxor};
 
-size_t dtype_size(DType t);          // bytes per element; throws InvalidArgument for unknown values
+namespace detail {
+[[noreturn]] void throw_bad_dtype(DType t);  // InvalidArgument naming the value
+}  // namespace detail
+
+// Bytes per element; throws InvalidArgument for unknown values. Inline: every call checks it.
+inline size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f16:
+    case DType::bf16: return 2;
+    case DType::f32:
+    case DType::i32: return 4;
+    case DType::f64:
+    case DType::i64: return 8;
+    case DType::i8:
+    case DType::u8:
+    case DType::boolean: return 1;
+  }
+  detail::throw_bad_dtype(t);
+}
 const char* dtype_name(DType t);     // "f32", ...
 const char* reduce_op_name(ReduceOp op);
 DType parse_dtype(std::string_view s);        // accepts the names above; throws InvalidArgument

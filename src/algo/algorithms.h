@@ -16,7 +16,20 @@
 namespace shoal {
 
 enum class OpKind : uint8_t { allreduce, broadcast, reduce, allgatherv, reduce_scatter, gather, scatter, alltoallv, barrier };
-const char* op_kind_name(OpKind k);
+inline const char* op_kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::allreduce: return "allreduce";
+    case OpKind::broadcast: return "broadcast";
+    case OpKind::reduce: return "reduce";
+    case OpKind::allgatherv: return "allgather";
+    case OpKind::reduce_scatter: return "reduce_scatter";
+    case OpKind::gather: return "gather";
+    case OpKind::scatter: return "scatter";
+    case OpKind::alltoallv: return "alltoall";
+    case OpKind::barrier: return "barrier";
+  }
+  return "op";
+}
 // Which algorithms each op has, and where they apply: algo/registry.h.
 
 // One collective as the communicator queues it: plain data, so that queuing an op allocates

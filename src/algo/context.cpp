@@ -30,22 +30,6 @@ bool HostMap::uniform() const {
   return true;
 }
 
-Ctx::Ctx(Engine& engine, ShmGroup* shm, Scratch& scratch, int rank_, int size_, DType dt_, ReduceOp op_,
-         const char* what_, uint64_t sig, Topo topo_, const HostMap* hosts, const algo::Ways& ways)
-    : rank(rank_),
-      size(size_),
-      dt(dt_),
-      op(op_),
-      esize(dtype_size(dt_)),
-      what(what_),
-      topo(topo_),
-      engine_(engine),
-      shm_(shm),
-      scratch_(scratch),
-      sig_(sig),
-      hosts_(hosts),
-      ways_(ways) {}
-
 namespace {
 int index_in(const std::vector<int>& v, int x) {
   for (size_t i = 0; i < v.size(); ++i)
@@ -69,11 +53,6 @@ Ctx::Ctx(Ctx& parent, const std::vector<int>& members, Topo topo_)
       hosts_(nullptr),
       ways_(parent.ways_) {
   for (int m : members) engine_rank_.push_back(parent.engine_rank(m));
-}
-
-Ctx::~Ctx() {
-  // An algorithm that throws may leave requests posted; they must not outlive this op's buffers.
-  // The engine is aborted in that case (every error path aborts it), so the links are dead.
 }
 
 Request* Ctx::isend(int peer, const void* buf, size_t bytes) {

@@ -44,14 +44,30 @@ class Ctx {
  public:
   // `hosts` may be null (the group's layout is unknown: no hierarchical algorithm). `ways` is what
   // the group's automatic choices on one host read (algo/cost.h).
-  Ctx(Engine& engine, ShmGroup* shm, Scratch& scratch, int rank, int size, DType dt, ReduceOp op, const char* what,
-      uint64_t sig, Topo topo, const HostMap* hosts, const algo::Ways& ways);
+  // Inline: every op makes one, and a small op's whole cost is a few hundred instructions.
+  Ctx(Engine& engine, ShmGroup* shm, Scratch& scratch, int rank_, int size_, DType dt_, ReduceOp op_, const char* what_,
+      uint64_t sig, Topo topo_, const HostMap* hosts, const algo::Ways& ways)
+      : rank(rank_),
+        size(size_),
+        dt(dt_),
+        op(op_),
+        esize(dtype_size(dt_)),
+        what(what_),
+        topo(topo_),
+        engine_(engine),
+        shm_(shm),
+        scratch_(scratch),
+        sig_(sig),
+        hosts_(hosts),
+        ways_(ways) {}
   // The subgroup `members` of `parent` (ranks of the parent; member i becomes rank i here), which
   // must include the parent's own rank: same op, engine, scratch buffers and message signature,
   // its own requests. `topo` is the subgroup's topology. Hierarchical algorithms run the flat
   // ones on such subgroups (one host's ranks, or one rank per host).
   Ctx(Ctx& parent, const std::vector<int>& members, Topo topo);
-  ~Ctx();
+  // An algorithm that throws may leave requests posted; they must not outlive this op's buffers.
+  // The engine is aborted in that case (every error path aborts it), so the links are dead.
+  ~Ctx() = default;
   Ctx(const Ctx&) = delete;
   Ctx& operator=(const Ctx&) = delete;
 

@@ -11,21 +11,6 @@
 
 namespace shoal {
 
-const char* op_kind_name(OpKind k) {
-  switch (k) {
-    case OpKind::allreduce: return "allreduce";
-    case OpKind::broadcast: return "broadcast";
-    case OpKind::reduce: return "reduce";
-    case OpKind::allgatherv: return "allgather";
-    case OpKind::reduce_scatter: return "reduce_scatter";
-    case OpKind::gather: return "gather";
-    case OpKind::scatter: return "scatter";
-    case OpKind::alltoallv: return "alltoall";
-    case OpKind::barrier: return "barrier";
-  }
-  return "op";
-}
-
 Algo choose_algo(OpKind kind, Algo requested, size_t bytes, int size, Topo topo, const algo::Ways& ways) {
   using algo::Switch;
   auto below = [&](Switch s) { return bytes < ways.switch_at(s, size); };

@@ -15,7 +15,13 @@ namespace shoal {
 namespace {
 std::atomic<int> g_rank{-1};
 
-LogLevel parse_level() {
+const char* level_name(LogLevel l) {
+  static const char* names[] = {"error", "warn", "info", "debug", "trace"};
+  return names[static_cast<int>(l)];
+}
+}  // namespace
+
+LogLevel read_log_level() {
   std::optional<std::string> s;
   try {
     s = params::choice("SHOAL_LOG");
@@ -27,16 +33,6 @@ LogLevel parse_level() {
   if (*s == "info") return LogLevel::info;
   if (*s == "debug") return LogLevel::debug;
   return LogLevel::trace;
-}
-const char* level_name(LogLevel l) {
-  static const char* names[] = {"error", "warn", "info", "debug", "trace"};
-  return names[static_cast<int>(l)];
-}
-}  // namespace
-
-LogLevel log_level() {
-  static const LogLevel level = parse_level();
-  return level;
 }
 
 void set_log_rank(int rank) { g_rank.store(rank); }

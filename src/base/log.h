@@ -7,7 +7,13 @@ namespace shoal {
 
 enum class LogLevel : int { error = 0, warn = 1, info = 2, debug = 3, trace = 4 };
 
-LogLevel log_level();           // from SHOAL_LOG, read once (default warn)
+// From SHOAL_LOG, read once, when first asked (default warn). Inline: every call of the library
+// asks, and a small op's whole cost is a few hundred instructions.
+LogLevel read_log_level();
+inline LogLevel log_level() {
+  static const LogLevel level = read_log_level();
+  return level;
+}
 void set_log_rank(int rank);    // prefix for this process's lines
 void log_line(LogLevel level, const std::string& msg);
 

@@ -10,9 +10,6 @@ namespace {
 bool valid(DType t) { return static_cast<unsigned>(t) <= static_cast<unsigned>(DType::boolean); }
 bool valid(ReduceOp op) { return static_cast<unsigned>(op) <= static_cast<unsigned>(ReduceOp::bxor); }
 
-[[noreturn]] void throw_bad_dtype(DType t) {
-  throw InvalidArgument("invalid dtype value " + std::to_string(static_cast<int>(t)));
-}
 [[noreturn]] void throw_bad_op(ReduceOp op) {
   throw InvalidArgument("invalid reduce op value " + std::to_string(static_cast<int>(op)));
 }
@@ -21,19 +18,8 @@ bool is_float(DType t) { return t == DType::f16 || t == DType::bf16 || t == DTyp
 
 }  // namespace
 
-size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::f16: return 2;
-    case DType::bf16: return 2;
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::i8: return 1;
-    case DType::u8: return 1;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
-    case DType::boolean: return 1;
-  }
-  throw_bad_dtype(t);
+void detail::throw_bad_dtype(DType t) {
+  throw InvalidArgument("invalid dtype value " + std::to_string(static_cast<int>(t)));
 }
 
 const char* dtype_name(DType t) {
@@ -48,7 +34,7 @@ const char* dtype_name(DType t) {
     case DType::i64: return "i64";
     case DType::boolean: return "bool";
   }
-  throw_bad_dtype(t);
+  detail::throw_bad_dtype(t);
 }
 
 const char* reduce_op_name(ReduceOp op) {
@@ -90,7 +76,7 @@ ReduceOp parse_reduce_op(std::string_view s) {
 }
 
 bool is_integer(DType t) {
-  if (!valid(t)) throw_bad_dtype(t);
+  if (!valid(t)) detail::throw_bad_dtype(t);
   return !is_float(t);
 }
 

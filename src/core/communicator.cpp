@@ -31,6 +31,24 @@
 namespace shoal {
 namespace {
 
+// The errors of the argument checks every call makes, built out of line so that the checks
+// themselves inline into the call (a small op's whole cost is a few hundred instructions).
+[[noreturn, gnu::cold, gnu::noinline]] void bad_rank(int r, int size, const char* what, const char* role) {
+  throw InvalidArgument(std::string(what) + ": invalid " + role + " rank " + std::to_string(r) + " (group size " +
+                        std::to_string(size) + ")");
+}
+[[noreturn, gnu::cold, gnu::noinline]] void null_buffer(size_t count, const char* what, const char* name) {
+  throw InvalidArgument(std::string(what) + ": " + name + " is null but count is " + std::to_string(count));
+}
+[[noreturn, gnu::cold, gnu::noinline]] void count_too_large(size_t count, const char* what) {
+  throw InvalidArgument(std::string(what) + ": count " + std::to_string(count) + " is too large");
+}
+[[noreturn, gnu::cold, gnu::noinline]] void bad_reduce_op(DType dt, ReduceOp op, const char* what) {
+  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::bxor))
+    throw InvalidArgument(std::string(what) + ": unknown reduce op " + std::to_string(static_cast<int>(op)));
+  throw InvalidArgument(std::string(what) + ": reduce op " + reduce_op_name(op) + " is not defined for dtype " + dtype_name(dt));
+}
+
 // How long an aborting rank waits for its reason to reach the store before it closes its links.
 constexpr std::chrono::milliseconds kAbortPublishWait{500};
 constexpr size_t kMaxPublished = 4096;  // bytes of an abort reason published to the store
@@ -334,16 +352,14 @@ struct Communicator::Impl final : WorkDriver {
     if (engine->aborted()) throw PeerError("group '" + opts.group_name + "' is aborted: " + engine->abort_reason());
   }
   void check_rank(int r, const char* what, const char* role) const {
-    if (r < 0 || r >= size)
-      throw InvalidArgument(std::string(what) + ": invalid " + role + " rank " + std::to_string(r) + " (group size " +
-                            std::to_string(size) + ")");
+    if (r < 0 || r >= size) [[unlikely]] bad_rank(r, size, what, role);
   }
   static void check_buf(const void* p, size_t count, const char* what, const char* name) {
-    if (!p && count > 0) throw InvalidArgument(std::string(what) + ": " + name + " is null but count is " + std::to_string(count));
+    if (!p && count > 0) [[unlikely]] null_buffer(count, what, name);
   }
   static size_t bytes_of(size_t count, DType dt, const char* what) {
     size_t es = dtype_size(dt), limit;
-    if (__builtin_mul_overflow(count, es * 4, &limit)) throw InvalidArgument(std::string(what) + ": count " + std::to_string(count) + " is too large");
+    if (__builtin_mul_overflow(count, es * 4, &limit)) [[unlikely]] count_too_large(count, what);
     return count * es;
   }
   Algo pick(OpKind kind, Algo requested, size_t bytes) const {
@@ -959,10 +975,7 @@ uint64_t equal_counts_hash(size_t count) { return hash_mix(0x616c6c676174686full
 
 void check_reduce(DType dt, ReduceOp op, const char* what) {
   dtype_size(dt);  // throws for an unknown dtype
-  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::bxor))
-    throw InvalidArgument(std::string(what) + ": unknown reduce op " + std::to_string(static_cast<int>(op)));
-  if (!reduce_op_supported(dt, op))
-    throw InvalidArgument(std::string(what) + ": reduce op " + reduce_op_name(op) + " is not defined for dtype " + dtype_name(dt));
+  if (!reduce_op_supported(dt, op)) [[unlikely]] bad_reduce_op(dt, op, what);
 }
 }  // namespace
 

@@ -107,11 +107,6 @@ void Engine::begin_op(const char* what, Clock::time_point deadline) {
   timeout_ = std::chrono::milliseconds(0);
 }
 
-void Engine::begin_op(const char* what, std::chrono::milliseconds timeout) {
-  what_ = what;
-  timeout_ = timeout;
-}
-
 void Engine::post(Request* r) {
   if (r->peer < 0 || r->peer >= size || r->peer == rank || !links_[r->peer])
     throw Error(std::string(r->what) + ": internal error: no link to rank " + std::to_string(r->peer));
@@ -132,13 +127,6 @@ bool Engine::poll() {
     }
   }
   return moved;
-}
-
-void Engine::set_call(const CallRecord& c) noexcept {
-  call_words_[0].store(c.seq, std::memory_order_relaxed);
-  call_words_[1].store(c.what, std::memory_order_relaxed);
-  call_words_[2].store(c.count, std::memory_order_relaxed);
-  call_words_[3].store(c.tag, std::memory_order_relaxed);
 }
 
 CallRecord Engine::load_call(const std::atomic<uint64_t>* w) {

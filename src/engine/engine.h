@@ -41,7 +41,10 @@ class Engine final : public Waiter {
   // deadline counts from the op's first wait (a wait reads the clock anyway; an op that never
   // waits then reads it not at once).
   void begin_op(const char* what, Clock::time_point deadline);
-  void begin_op(const char* what, std::chrono::milliseconds timeout);
+  void begin_op(const char* what, std::chrono::milliseconds timeout) {
+    what_ = what;
+    timeout_ = timeout;
+  }
 
   void post(Request* r);
   // Progress until every request in [reqs, reqs+n) completes. Throws PeerError or Timeout; on
@@ -78,7 +81,12 @@ class Engine final : public Waiter {
   // peers read it (the control block, if this rank has one); and a same-host peer's (seq 0 if r
   // has no shared control block). set_call is for the thread that owns the engine; call() may be
   // read from any thread (an abort from another thread publishes it).
-  void set_call(const CallRecord& c) noexcept;
+  void set_call(const CallRecord& c) noexcept {
+    call_words_[0].store(c.seq, std::memory_order_relaxed);
+    call_words_[1].store(c.what, std::memory_order_relaxed);
+    call_words_[2].store(c.count, std::memory_order_relaxed);
+    call_words_[3].store(c.tag, std::memory_order_relaxed);
+  }
   CallRecord call() const { return load_call(call_words_); }
   CallRecord shm_call(int r) const;
   // Fails the op because `peer` is in a different call: the message quotes both calls (the
