@@ -27,8 +27,26 @@ const char* const kBuiltIn =
     ;
 
 // The ops with two ways, by Choice.
-constexpr const char* kChoiceNames[] = {"allreduce", "reduce", "alltoall", "alltoallv"};
-constexpr Choice kChoices[] = {Choice::allreduce, Choice::reduce, Choice::alltoall, Choice::alltoallv};
+constexpr const char* kChoiceNames[] = {"allreduce", "reduce", "alltoall", "alltoallv", "broadcast"};
+constexpr Choice kChoices[] = {Choice::allreduce, Choice::reduce, Choice::alltoall, Choice::alltoallv, Choice::broadcast};
+
+// The settings that force a way, by Ways::forced_ index, and the value that forces way 0.
+struct Forcing {
+  const char* setting;
+  const char* way0;
+};
+constexpr Forcing kForcings[] = {
+    {"SHOAL_DIRECT_REDUCE", "one_shot"}, {"SHOAL_DIRECT_ALLTOALL", "scratch"}, {"SHOAL_DIRECT_BROADCAST", "scratch"}};
+int forcing_of(Choice op) {
+  switch (op) {
+    case Choice::allreduce:
+    case Choice::reduce: return 0;
+    case Choice::alltoall:
+    case Choice::alltoallv: return 1;
+    case Choice::broadcast: return 2;
+  }
+  return 0;
+}
 // The switches, by Switch.
 constexpr const char* kSwitchNames[] = {
     "allreduce.mst_below", "allreduce.bde_up_to", "allreduce.bde_up_to_odd_p",
@@ -173,16 +191,16 @@ double way_us(const std::vector<CostPoint>& points, Choice op, int p, size_t n, 
 Ways Ways::current() {
   Ways w;
   w.tuning_ = tuning();
-  for (int i : {0, 1}) {
-    const auto forced = params::choice(i == 0 ? "SHOAL_DIRECT_REDUCE" : "SHOAL_DIRECT_ALLTOALL");
-    if (forced && *forced != "auto") w.forced_[i] = *forced == "one_shot" || *forced == "scratch" ? 0 : 1;
+  for (size_t i = 0; i < std::size(kForcings); ++i) {
+    const auto forced = params::choice(kForcings[i].setting);
+    if (forced && *forced != "auto") w.forced_[i] = *forced == kForcings[i].way0 ? 0 : 1;
   }
   return w;
 }
 
 int Ways::cheaper(Choice op, size_t n, int p) const {
   const int i = static_cast<int>(op);
-  const int forced = forced_[op == Choice::allreduce || op == Choice::reduce ? 0 : 1];
+  const int forced = forced_[forcing_of(op)];
   if (forced >= 0) return forced;
   // Per thread, the points last used and the curves of each op at the group size last asked for;
   // holding the points keeps their address from being reused by others.
@@ -269,7 +287,7 @@ Tuning parse_tuning(const std::string& text, const std::string& where) {
     CostPoint q;
     w >> op;
     const auto* named = std::find_if(std::begin(kChoices), std::end(kChoices), [&](Choice k) { return op == choice_name(k); });
-    if (named == std::end(kChoices)) bad("expected the op 'allreduce', 'reduce', 'alltoall' or 'alltoallv' after 'direct'");
+    if (named == std::end(kChoices)) bad("expected the op 'allreduce', 'reduce', 'alltoall', 'alltoallv' or 'broadcast' after 'direct'");
     q.op = *named;
     if (!(w >> q.ranks >> q.bytes >> q.us[0] >> q.us[1])) bad("expected: direct OP RANKS BYTES WAY0_US WAY1_US");
     q.us2[0] = q.us[0], q.us2[1] = q.us[1];

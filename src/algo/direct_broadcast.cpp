@@ -4,7 +4,8 @@
 // the root copies each chunk into its scratch once, barrier, every other rank copies it out. Over
 // shm rings the binomial tree copies the vector 2·⌈lg p⌉ times on its critical path and the
 // root's sends serialise; here there is one copy in and p-1 parallel copies out: chosen whenever
-// every rank shares this host.
+// every rank shares this host. By single copy, where the group may and the measured costs say so
+// (cost.h): 2·α + n·β' per reader (β' = a process_vm_readv per byte), the readers in parallel.
 //
 // Scatter cost: (N + 1)·α + 2·(p-1)/p·n·β (n = size·count·esize): the root copies every other
 // rank's block (a piece of each per chunk) into its scratch, barrier, each rank copies its own.
@@ -17,6 +18,7 @@
 // with a barrier only when the next op could overwrite the slot just read (direct_common.h).
 #include <cstring>
 
+#include "algo/cost.h"
 #include "algo/direct_common.h"
 #include "reduce/copy.h"
 
@@ -30,6 +32,18 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
   const size_t n = count * c.esize;
   Sig s(OpKind::broadcast, c);
   if (small_fits(n)) return broadcast_small(c, buf, count, root, s.value());
+  // The other rank reads the root's buffer, where the measured costs say that beats the two
+  // copies through the root's scratch (cost.h, Choice::broadcast). With more ranks the readers
+  // share the root's pages and the cores: slower than the scratch in the median at every size
+  // from 128 KiB (BENCHMARKS.md, "Broadcast by single copy").
+  if (p == 2 && g.single_copy() && c.ways().broadcast_single_copy(n, p)) {
+    begin_single(c, s.value(), buf);
+    g.barrier();
+    check(c);
+    if (r != root) g.read(root, peer_buffer(c, root), buf, n);
+    end_single(c);
+    return;
+  }
   begin(c, s.value());
   const size_t cb = chunk_target(g, p) / c.esize * c.esize;
   const size_t nchunks = std::max<size_t>(1, (n + cb - 1) / cb);

@@ -112,10 +112,11 @@ inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderB
 // straight between the ranks' own buffers: one copy per byte instead of two (into the owner's
 // scratch, out of it), and no pipeline: one barrier before (the addresses are published and the
 // tokens checked) and one after (no rank leaves, and rewrites or frees its buffer, while a peer
-// still copies). Those two, and alltoall's medium blocks where every rank has a core of its own
-// (direct_alltoall.cpp): on our machine broadcast and allgather were slower with it, and alltoall
-// at other sizes (a block read by several ranks, or both cores busy in the pipeline already;
-// BENCHMARKS.md, "Single-copy transfers" and "alltoall by single copy").
+// still copies). Those two, alltoall's medium blocks where every rank has a core of its own
+// (direct_alltoall.cpp), and broadcast where the measured costs say (cost.h): on our machine
+// allgather was slower with it, broadcast from about 1 MiB, and alltoall at other sizes (a block
+// read by several ranks, or both cores busy in the pipeline already; BENCHMARKS.md, "Single-copy
+// transfers" and "alltoall by single copy").
 // begin_single() is begin() plus the address of this rank's buffer in header word 5; after the
 // first barrier and check(), peer_buffer(c, j) is rank j's. Op k+1 rewrites word 5 only after op
 // k's closing barrier, by which every rank has read it.
