@@ -70,7 +70,7 @@ TEST(CostCurves, RejectsWhatItCannotUseNamingTheLine) {
   const std::string reduce_line = "direct reduce 2 4096 1 1\ndirect alltoall 2 4096 1 1\n";
   const Rejected cases[] = {
       {"directt allreduce 2 4096 1 1\n" + reduce_line, "line 1"},
-      {"direct gather 2 4096 1 1\n" + reduce_line, "'allreduce', 'reduce', 'alltoall', 'alltoallv' or 'broadcast'"},
+      {"direct gather 2 4096 1 1\n" + reduce_line, "'alltoallv', 'broadcast' or 'allgather'"},
       {"direct allreduce 2 4096 1\n" + reduce_line, "expected: direct OP RANKS BYTES WAY0_US WAY1_US"},
       {"direct allreduce 2 4096 1 1 9\n" + reduce_line, "unexpected '9'"},
       {"direct allreduce 2 4096 1 1 9 9 9\n" + reduce_line, "unexpected '9'"},
@@ -111,14 +111,16 @@ TEST(CostCurves, AlongTheRanksInterpolatedThenScaled) {
   EXPECT_THROW(way_us(t, Choice::alltoallv, 4, 16 * K, 0), Error);  // no points for it
 }
 
-// The points in effect decide, unless SHOAL_DIRECT_REDUCE, SHOAL_DIRECT_ALLTOALL or
-// SHOAL_DIRECT_BROADCAST forces a way. (With one pair of times per point this is the faster way.)
+// The points in effect decide, unless SHOAL_DIRECT_REDUCE, SHOAL_DIRECT_ALLTOALL,
+// SHOAL_DIRECT_BROADCAST or SHOAL_DIRECT_ALLGATHER forces a way. (With one pair of times per point
+// this is the faster way.)
 TEST(CostCurves, TheChoiceIsTheCheaperCurve) {
   ScopedEnv unset_reduce("SHOAL_DIRECT_REDUCE", nullptr), unset_alltoall("SHOAL_DIRECT_ALLTOALL", nullptr),
-      unset_broadcast("SHOAL_DIRECT_BROADCAST", nullptr);
+      unset_broadcast("SHOAL_DIRECT_BROADCAST", nullptr), unset_allgather("SHOAL_DIRECT_ALLGATHER", nullptr);
   const auto held = tuning();
   const auto& points = held->points;
-  for (Choice op : {Choice::allreduce, Choice::reduce, Choice::alltoall, Choice::alltoallv, Choice::broadcast}) {
+  for (Choice op : {Choice::allreduce, Choice::reduce, Choice::alltoall, Choice::alltoallv, Choice::broadcast,
+                    Choice::allgather}) {
     int ways[2] = {0, 0};
     for (int p : {2, 3, 4, 6, 8, 12, 16, 64})
       for (size_t n : {12 * K, 64 * K, 256 * K, 1024 * K, 8192 * K, 65536 * K}) {
@@ -160,6 +162,14 @@ TEST(CostCurves, TheChoiceIsTheCheaperCurve) {
     ScopedEnv forced("SHOAL_DIRECT_BROADCAST", "scratch");
     EXPECT_FALSE(Ways::current().broadcast_single_copy(16 * K, 2));
   }
+  {
+    ScopedEnv forced("SHOAL_DIRECT_ALLGATHER", "single_copy");
+    EXPECT_TRUE(Ways::current().allgather_single_copy(size_t(64) << 20, 2));
+  }
+  {
+    ScopedEnv forced("SHOAL_DIRECT_ALLGATHER", "scratch");
+    EXPECT_FALSE(Ways::current().allgather_single_copy(256 * K, 2));
+  }
 }
 
 // Where the points hold two pairs of times (two stretches of the machine), the choice is the way
@@ -194,36 +204,40 @@ TEST(CostCurves, WithTwoPairsTheChoiceLosesLeastInTheWorse) {
 }
 
 // The built-in points parse, and cover every op at 2 ranks up to where ranks outnumber cores
-// several times over; broadcast's at 2 ranks, the only group size where it may take single copy.
+// several times over; broadcast's and allgather's at 2 ranks, the only group size where they may
+// take single copy.
 TEST(CostCurves, BuiltInPointsCoverEveryOp) {
   ScopedEnv unset_file("SHOAL_TUNING", nullptr);
   const auto held = tuning();
   const auto& points = held->points;
-  for (Choice op : {Choice::allreduce, Choice::reduce, Choice::alltoall, Choice::alltoallv, Choice::broadcast}) {
+  for (Choice op : {Choice::allreduce, Choice::reduce, Choice::alltoall, Choice::alltoallv, Choice::broadcast,
+                    Choice::allgather}) {
     int lo = 1 << 30, hi = 0;
     for (const auto& q : points)
       if (q.op == op) lo = std::min(lo, q.ranks), hi = std::max(hi, q.ranks);
     EXPECT_EQ(lo, 2) << choice_name(op);
-    EXPECT_GE(hi, op == Choice::broadcast ? 2 : 8) << choice_name(op);
+    EXPECT_GE(hi, op == Choice::broadcast || op == Choice::allgather ? 2 : 8) << choice_name(op);
   }
 }
 
 // SHOAL_TUNING's file replaces the built-in points, and is read again when the variable changes.
 TEST(CostCurves, TheFileSHOAL_TUNINGNamesDecides) {
   ScopedEnv unset_reduce("SHOAL_DIRECT_REDUCE", nullptr), unset_alltoall("SHOAL_DIRECT_ALLTOALL", nullptr),
-      unset_broadcast("SHOAL_DIRECT_BROADCAST", nullptr);
+      unset_broadcast("SHOAL_DIRECT_BROADCAST", nullptr), unset_allgather("SHOAL_DIRECT_ALLGATHER", nullptr);
   const std::string path = ::testing::TempDir() + "shoal-tuning-test.txt";
   {
     std::ofstream f(path);
     f << "direct allreduce 2 16384 50 5\ndirect reduce 2 16384 50 5\ndirect alltoall 2 16384 5 50\n"  // way 1, way 1, way 0
-      << "direct alltoallv 2 16384 50 5\ndirect broadcast 2 16384 5 50\n";                                // way 1, way 0
+      << "direct alltoallv 2 16384 50 5\ndirect broadcast 2 16384 5 50\n"                                 // way 1, way 0
+      << "direct allgather 2 16384 50 5\n";                                                             // way 1
   }
   ScopedEnv unset_file("SHOAL_TUNING", nullptr);
   const bool built_in = Ways::current().reduce_one_shot(Choice::reduce, 16 * K, 2);
   {
     ScopedEnv file("SHOAL_TUNING", path.c_str());
-    EXPECT_EQ(tuning()->points.size(), 5u);
+    EXPECT_EQ(tuning()->points.size(), 6u);
     EXPECT_FALSE(Ways::current().broadcast_single_copy(16 * K, 2));
+    EXPECT_TRUE(Ways::current().allgather_single_copy(16 * K, 2));
     EXPECT_TRUE(Ways::current().alltoall_pairwise(Choice::alltoallv, 16 * K, 2));
     EXPECT_FALSE(Ways::current().alltoall_pairwise(Choice::alltoall, size_t(64) << 20, 16));
     EXPECT_FALSE(Ways::current().reduce_one_shot(Choice::reduce, 16 * K, 2));

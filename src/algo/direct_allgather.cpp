@@ -16,6 +16,7 @@
 // m+2 with barriers between; after the last copy-out, end() closes with a barrier only when the
 // next op could overwrite the slot just read (direct_common.h). Unequal counts are fine:
 // N follows the largest block, smaller blocks just have nothing to move in later phases.
+#include "algo/cost.h"
 #include "algo/direct_common.h"
 #include "reduce/copy.h"
 
@@ -39,6 +40,17 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
     check(c);
     if (r != root) g.write(root, in, const_cast<uint8_t*>(peer_buffer(c, root)) + b.off[r], b.len[r]);
     if (r == root && mine != own) copy_bytes(own, mine, b.len[r]);
+    return end_single(c);
+  }
+  // allgather at 2 ranks: each reads the other's input, where the measured costs say that beats
+  // the scratch (cost.h, Choice::allgather; measured at 2 ranks only).
+  if (root < 0 && p == 2 && g.single_copy() && c.ways().allgather_single_copy(b.total(), p)) {
+    begin_single(c, sig, in);
+    g.barrier();
+    check(c);
+    const int j = 1 - r;
+    g.read(j, peer_buffer(c, j), u8(out) + b.off[j], b.len[j]);
+    copy_bytes(u8(out) + b.off[r], in, b.len[r]);  // in place: nothing to copy
     return end_single(c);
   }
   begin(c, sig);

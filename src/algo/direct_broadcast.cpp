@@ -35,7 +35,7 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
   // The other rank reads the root's buffer, where the measured costs say that beats the two
   // copies through the root's scratch (cost.h, Choice::broadcast). With more ranks the readers
   // share the root's pages and the cores: slower than the scratch in the median at every size
-  // from 128 KiB (BENCHMARKS.md, "Broadcast by single copy").
+  // from 128 KiB (BENCHMARKS.md, "Broadcast and allgather by single copy").
   if (p == 2 && g.single_copy() && c.ways().broadcast_single_copy(n, p)) {
     begin_single(c, s.value(), buf);
     g.barrier();
