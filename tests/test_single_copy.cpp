@@ -274,8 +274,9 @@ INSTANTIATE_TEST_SUITE_P(All, SingleCopyBroadcast,
 
 // allgather and allgatherv at 2 ranks above the small protocol, each way forced
 // (SHOAL_DIRECT_ALLGATHER) and chosen by the measured costs, with single copy on and off: equal
-// and unequal blocks, odd sizes, in place, ranks out of step; compared against values computed
-// here.
+// and unequal blocks, odd sizes, in place (the input as the rank's own block of the output, and
+// the input at the output's start on both ranks), ranks out of step; compared against values
+// computed here.
 class SingleCopyAllgather : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};
 
 TEST_P(SingleCopyAllgather, MatchesTheReference) {
@@ -290,9 +291,10 @@ TEST_P(SingleCopyAllgather, MatchesTheReference) {
     const size_t kib = 1024 / sizeof(float);
     const size_t sizes[] = {4 * kib + 1, 32 * kib - 1, 128 * kib + 3, 512 * kib, 2048 * kib + 7};
     std::vector<float> in, out;
-    for (int iter = 0; iter < 20; ++iter) {
+    for (int iter = 0; iter < 30; ++iter) {
       const size_t base = sizes[iter % 5];
-      const bool uneven = iter % 4 >= 2, in_place = iter % 2 == 1;
+      const bool uneven = iter % 4 >= 2;
+      const int where = iter % 3;  // the input: its own buffer, the own block of out, out's start
       std::vector<size_t> counts(p, base);
       if (uneven) counts[1] = base / 3 + 1;  // rank 1's block a third of rank 0's
       std::vector<size_t> off(p, 0);
@@ -302,7 +304,7 @@ TEST_P(SingleCopyAllgather, MatchesTheReference) {
       auto val = [&](int r, size_t i) SHOAL_TEST_REFERENCE { return static_cast<float>((r + 1) * 1000 + iter + static_cast<int>(i % 19)); };
       out.assign(total, -1);
       in.assign(counts[me], 0);
-      float* src = in_place ? out.data() + off[me] : in.data();
+      float* src = where == 0 ? in.data() : where == 1 ? out.data() + off[me] : out.data();
       for (size_t i = 0; i < counts[me]; ++i) src[i] = val(me, i);
       if (uneven) c.allgatherv(src, out.data(), counts, DType::f32)->wait();
       else c.allgather(src, out.data(), base, DType::f32)->wait();

@@ -45,12 +45,16 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
   // allgather at 2 ranks: each reads the other's input, where the measured costs say that beats
   // the scratch (cost.h, Choice::allgather; measured at 2 ranks only).
   if (root < 0 && p == 2 && g.single_copy() && c.ways().allgather_single_copy(b.total(), p)) {
-    begin_single(c, sig, in);
+    uint8_t* own = u8(out) + b.off[r];
+    // The peer reads this rank's input while this rank writes its output: an input that overlaps
+    // the output other than as its own block is read from a copy.
+    const void* mine = in != own ? apart_from_out(c, in, b.len[r], out, b.total()) : in;
+    begin_single(c, sig, mine);
     g.barrier();
     check(c);
     const int j = 1 - r;
     g.read(j, peer_buffer(c, j), u8(out) + b.off[j], b.len[j]);
-    copy_bytes(u8(out) + b.off[r], in, b.len[r]);  // in place: nothing to copy
+    copy_bytes(own, mine, b.len[r]);  // in place: nothing to copy
     return end_single(c);
   }
   begin(c, sig);

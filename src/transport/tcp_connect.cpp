@@ -175,8 +175,7 @@ class TcpConnector {
     for (int j = cfg_.rank + 1; j < cfg_.size; ++j) {
       Peer& p = state_[j];
       if (!p.wanted || p.connected || !p.has_addr || p.probe_at > now || acceptor_.ready(j) || !p.failure.empty()) continue;
-      dialer_.probe(j, addr_[j]);
-      p.probe_at = now + kProbeEvery;
+      if (dialer_.probe(j, addr_[j])) p.probe_at = now + kProbeEvery;
     }
   }
 

@@ -22,9 +22,10 @@ void TcpDialer::dial(int j, const SockAddr& a) {
   for (int s = 0; s < conns(j); ++s) out_.push_back(Outgoing{j, s, a});
 }
 
-void TcpDialer::probe(int j, const SockAddr& a) {
-  if (std::none_of(out_.begin(), out_.end(), [&](const Outgoing& o) { return o.peer == j; }))
-    out_.push_back(Outgoing{j, -1, a});
+bool TcpDialer::probe(int j, const SockAddr& a) {
+  if (std::any_of(out_.begin(), out_.end(), [&](const Outgoing& o) { return o.peer == j; })) return false;
+  out_.push_back(Outgoing{j, -1, a});
+  return true;
 }
 
 bool TcpDialer::in_flight() const {

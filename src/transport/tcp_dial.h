@@ -31,8 +31,8 @@ class TcpDialer {
 
   // Dials the lower peer j at `a`: its streams and the control connection.
   void dial(int j, const SockAddr& a);
-  // Probes the higher peer j at `a`, unless a probe of it is under way.
-  void probe(int j, const SockAddr& a);
+  // Probes the higher peer j at `a`, unless a probe of it is under way; whether it started one.
+  bool probe(int j, const SockAddr& a);
 
   bool empty() const { return out_.empty(); }
   // Whether a connection is being made (not waiting to retry, not done).
