@@ -36,8 +36,6 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
     // The root's own block, out of the writers' way.
     const void* mine = r == root && in != own ? apart_from_out(c, in, b.len[r], out, b.total()) : in;
     begin_single(c, sig, r == root ? out : nullptr);
-    g.barrier();
-    check(c);
     if (r != root) g.write(root, in, const_cast<uint8_t*>(peer_buffer(c, root)) + b.off[r], b.len[r]);
     if (r == root && mine != own) copy_bytes(own, mine, b.len[r]);
     return end_single(c);
@@ -50,8 +48,6 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
     // the output other than as its own block is read from a copy.
     const void* mine = in != own ? apart_from_out(c, in, b.len[r], out, b.total()) : in;
     begin_single(c, sig, mine);
-    g.barrier();
-    check(c);
     const int j = 1 - r;
     g.read(j, peer_buffer(c, j), u8(out) + b.off[j], b.len[j]);
     copy_bytes(own, mine, b.len[r]);  // in place: nothing to copy

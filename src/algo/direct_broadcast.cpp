@@ -38,8 +38,6 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
   // from 128 KiB (BENCHMARKS.md, "Broadcast and allgather by single copy").
   if (p == 2 && g.single_copy() && c.ways().broadcast_single_copy(n, p)) {
     begin_single(c, s.value(), buf);
-    g.barrier();
-    check(c);
     if (r != root) g.read(root, peer_buffer(c, root), buf, n);
     end_single(c);
     return;
@@ -73,8 +71,6 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
   // only one (BENCHMARKS.md, "Single-copy transfers").
   if (p >= 3 && use_single_copy(c, bs)) {
     begin_single(c, s.value(), in);
-    g.barrier();
-    check(c);
     if (r != root) g.read(root, peer_buffer(c, root) + static_cast<size_t>(r) * bs, out, bs);
     end_single(c);
     // After the readers: the root's out may overlap its in.

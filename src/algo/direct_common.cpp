@@ -50,6 +50,8 @@ void check(Ctx& c) {
 void begin_single(Ctx& c, uint64_t sig, const void* mine) {
   begin(c, hash_mix(sig, kSingleCopyToken));
   __atomic_store_n(&header(*c.shm(), c.rank)[5], reinterpret_cast<uintptr_t>(mine), __ATOMIC_RELEASE);
+  c.shm()->barrier();
+  check(c);
 }
 
 const uint8_t* peer_buffer(Ctx& c, int j) {

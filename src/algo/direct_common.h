@@ -117,9 +117,9 @@ inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderB
 // allgather was slower with it, broadcast from about 1 MiB, and alltoall at other sizes (a block
 // read by several ranks, or both cores busy in the pipeline already; BENCHMARKS.md, "Single-copy
 // transfers" and "alltoall by single copy").
-// begin_single() is begin() plus the address of this rank's buffer in header word 5; after the
-// first barrier and check(), peer_buffer(c, j) is rank j's. Op k+1 rewrites word 5 only after op
-// k's closing barrier, by which every rank has read it.
+// begin_single() is begin() plus the address of this rank's buffer in header word 5, then the
+// first barrier and check(); after it peer_buffer(c, j) is rank j's. Op k+1 rewrites word 5 only
+// after op k's closing barrier, by which every rank has read it.
 void begin_single(Ctx& c, uint64_t sig, const void* mine);
 const uint8_t* peer_buffer(Ctx& c, int j);
 inline void end_single(Ctx& c) { c.shm()->barrier(); }
