@@ -27,9 +27,9 @@ const char* const kBuiltIn =
     ;
 
 // The ops with two ways, by Choice.
-constexpr const char* kChoiceNames[] = {"allreduce", "reduce", "alltoall", "alltoallv", "broadcast", "allgather"};
+constexpr const char* kChoiceNames[] = {"allreduce", "reduce", "alltoall", "alltoallv", "broadcast", "allgather", "scatter"};
 constexpr Choice kChoices[] = {Choice::allreduce, Choice::reduce,    Choice::alltoall,
-                               Choice::alltoallv, Choice::broadcast, Choice::allgather};
+                               Choice::alltoallv, Choice::broadcast, Choice::allgather, Choice::scatter};
 
 // The settings that force a way, by Ways::forced_ index, and the value that forces way 0.
 struct Forcing {
@@ -40,7 +40,8 @@ constexpr Forcing kForcings[] = {
     {"SHOAL_DIRECT_REDUCE", "one_shot"},
     {"SHOAL_DIRECT_ALLTOALL", "scratch"},
     {"SHOAL_DIRECT_BROADCAST", "scratch"},
-    {"SHOAL_DIRECT_ALLGATHER", "scratch"}};
+    {"SHOAL_DIRECT_ALLGATHER", "scratch"},
+    {"SHOAL_DIRECT_SCATTER", "scratch"}};
 int forcing_of(Choice op) {
   switch (op) {
     case Choice::allreduce:
@@ -49,6 +50,7 @@ int forcing_of(Choice op) {
     case Choice::alltoallv: return 1;
     case Choice::broadcast: return 2;
     case Choice::allgather: return 3;
+    case Choice::scatter: return 4;
   }
   return 0;
 }
@@ -292,7 +294,7 @@ Tuning parse_tuning(const std::string& text, const std::string& where) {
     CostPoint q;
     w >> op;
     const auto* named = std::find_if(std::begin(kChoices), std::end(kChoices), [&](Choice k) { return op == choice_name(k); });
-    if (named == std::end(kChoices)) bad("expected the op 'allreduce', 'reduce', 'alltoall', 'alltoallv', 'broadcast' or 'allgather' after 'direct'");
+    if (named == std::end(kChoices)) bad("expected the op 'allreduce', 'reduce', 'alltoall', 'alltoallv', 'broadcast', 'allgather' or 'scatter' after 'direct'");
     q.op = *named;
     if (!(w >> q.ranks >> q.bytes >> q.us[0] >> q.us[1])) bad("expected: direct OP RANKS BYTES WAY0_US WAY1_US");
     q.us2[0] = q.us[0], q.us2[1] = q.us[1];

@@ -20,6 +20,8 @@
 //   page walk: on our machines single copy wins while the buffer is cached and loses from 1 MiB.
 // - The direct allgather(v) above the small protocol at 2 ranks, likewise (direct_allgather.cpp):
 //   way 0 through the ranks' scratch, way 1 each rank reading the other's input by single copy.
+// - The direct scatter above the small protocol, likewise (direct_broadcast.cpp): way 0 through
+//   the root's scratch, way 1 each rank reading its block of the root's buffer by single copy.
 //
 // Where they cross depends on what a barrier costs (tens of µs once ranks outnumber cores), on how
 // fast a core reads what another just wrote, and on where the data leaves the caches, so it is
@@ -44,7 +46,7 @@
 namespace shoal::algo {
 
 // The ops whose way on one host the measured costs choose; a tuning file names them so.
-enum class Choice : uint8_t { allreduce, reduce, alltoall, alltoallv, broadcast, allgather };
+enum class Choice : uint8_t { allreduce, reduce, alltoall, alltoallv, broadcast, allgather, scatter };
 const char* choice_name(Choice c);
 
 // Where the automatic choice between ranks that do not share memory changes algorithm
@@ -77,7 +79,7 @@ const char* switch_name(Switch s);  // as a tuning file names it: "allreduce.mst
 inline constexpr size_t kNever = SIZE_MAX;  // a switch at this many bytes: the first way everywhere
 
 // One measured point: both ways of `op` at `ranks` ranks and `bytes` (allreduce, reduce: per
-// rank; alltoall(v): all blocks of a rank; broadcast: the buffer; allgather: the output).
+// rank; alltoall(v): all blocks of a rank; broadcast: the buffer; allgather: the output; scatter: the root's input).
 struct CostPoint {
   Choice op = Choice::allreduce;
   int ranks = 0;
@@ -121,7 +123,8 @@ std::shared_ptr<const Tuning> tuning();
 double way_us(const std::vector<CostPoint>& points, Choice op, int p, size_t n, int way, bool second = false);
 
 // What the choices read, taken once when a group forms: the points in effect and the ways
-// SHOAL_DIRECT_REDUCE, SHOAL_DIRECT_ALLTOALL, SHOAL_DIRECT_BROADCAST and SHOAL_DIRECT_ALLGATHER force. Each communicator keeps its own (Ctx::ways),
+// SHOAL_DIRECT_REDUCE, SHOAL_DIRECT_ALLTOALL, SHOAL_DIRECT_BROADCAST, SHOAL_DIRECT_ALLGATHER and
+// SHOAL_DIRECT_SCATTER force. Each communicator keeps its own (Ctx::ways),
 // so a setting changed later in one process cannot make its ranks run one op different ways.
 class Ways {
  public:
@@ -144,6 +147,8 @@ class Ways {
   bool broadcast_single_copy(size_t n, int p) const { return cheaper(Choice::broadcast, n, p) == 1; }
   // The same for an allgather(v) whose output is n bytes.
   bool allgather_single_copy(size_t n, int p) const { return cheaper(Choice::allgather, n, p) == 1; }
+  // The same for a scatter whose root's input is n bytes.
+  bool scatter_single_copy(size_t n, int p) const { return cheaper(Choice::scatter, n, p) == 1; }
 
   // Where the automatic choice over the network changes (Switch) in a group of p ranks.
   size_t switch_at(Switch s, int p) const { return tuning_->at(s, p); }
@@ -158,11 +163,11 @@ class Ways {
 
  private:
   std::shared_ptr<const Tuning> tuning_;
-  int forced_[4] = {-1, -1, -1, -1};  // allreduce and reduce, alltoall(v), broadcast, allgather: the way, or -1
+  int forced_[5] = {-1, -1, -1, -1, -1};  // allreduce and reduce, alltoall(v), broadcast, allgather, scatter: the way, or -1
 };
 
 // Parses a tuning file: '#' comments, one line per measured point,
-//   direct <allreduce|reduce|alltoall|alltoallv|broadcast|allgather> <ranks> <bytes> <way 0 µs> <way 1 µs> [<way 0 µs> <way 1 µs>]
+//   direct <allreduce|reduce|alltoall|alltoallv|broadcast|allgather|scatter> <ranks> <bytes> <way 0 µs> <way 1 µs> [<way 0 µs> <way 1 µs>]
 // the second pair from another round (above), and one per switch it sets,
 //   switch <name>[@<ranks>] <bytes|never>
 // Throws InvalidArgument naming `where` and the line.

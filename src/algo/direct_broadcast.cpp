@@ -9,8 +9,8 @@
 //
 // Scatter cost: (N + 1)·α + 2·(p-1)/p·n·β (n = size·count·esize): the root copies every other
 // rank's block (a piece of each per chunk) into its scratch, barrier, each rank copies its own.
-// With single copy (direct_common.h), 3 ranks or more and blocks of kSingleCopyBytes or more:
-// 2·α + n/p·β' per reader (β' = a process_vm_readv per byte), the readers in parallel.
+// By single copy, where the group may and the measured costs say so (cost.h): 2·α + n/p·β' per
+// reader (β' = a process_vm_readv per byte), the readers in parallel.
 //
 // Pipeline: chunk m goes through the root's slot m % 2; phase m (between barriers m and m+1)
 // copies chunk m in and chunk m-1 out. A slot written in phase m is read in phase m+1 and only
@@ -35,7 +35,7 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
   // The other rank reads the root's buffer, where the measured costs say that beats the two
   // copies through the root's scratch (cost.h, Choice::broadcast). With more ranks the readers
   // share the root's pages and the cores: slower than the scratch in the median at every size
-  // from 128 KiB (BENCHMARKS.md, "Broadcast and allgather by single copy").
+  // from 128 KiB (BENCHMARKS.md, "Broadcast, allgather and scatter by single copy").
   if (p == 2 && g.single_copy() && c.ways().broadcast_single_copy(n, p)) {
     begin_single(c, s.value(), buf);
     if (r != root) g.read(root, peer_buffer(c, root), buf, n);
@@ -66,10 +66,9 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
   const size_t es = c.esize, bs = count * es;
   Sig s(OpKind::scatter, c);
   if (small_fits(bs * static_cast<size_t>(p))) return scatter_small(c, in, out, count, root, s.value());
-  // Each rank reads its block of the root's buffer, with at least 3 ranks: the readers then share
-  // the cores while the root waits; with 2, the pipeline below keeps both cores copying, one reader
-  // only one (BENCHMARKS.md, "Single-copy transfers").
-  if (p >= 3 && use_single_copy(c, bs)) {
+  // Each rank reads its block of the root's buffer, where the measured costs say that beats the
+  // two copies through the root's scratch (cost.h, Choice::scatter).
+  if (g.single_copy() && c.ways().scatter_single_copy(bs * static_cast<size_t>(p), p)) {
     begin_single(c, s.value(), in);
     if (r != root) g.read(root, peer_buffer(c, root) + static_cast<size_t>(r) * bs, out, bs);
     end_single(c);

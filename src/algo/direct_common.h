@@ -108,15 +108,14 @@ inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderB
 
 // ---- Single copy: between the ranks' own buffers (ShmGroup::read, write) ----------------------
 //
-// Where the kernel permits it (g.single_copy()), a large gather or scatter moves each block
-// straight between the ranks' own buffers: one copy per byte instead of two (into the owner's
-// scratch, out of it), and no pipeline: one barrier before (the addresses are published and the
-// tokens checked) and one after (no rank leaves, and rewrites or frees its buffer, while a peer
-// still copies). Those two, alltoall's medium blocks where every rank has a core of its own
-// (direct_alltoall.cpp), and broadcast where the measured costs say (cost.h): on our machine
-// allgather was slower with it, broadcast from about 1 MiB, and alltoall at other sizes (a block
-// read by several ranks, or both cores busy in the pipeline already; BENCHMARKS.md, "Single-copy
-// transfers" and "alltoall by single copy").
+// Where the kernel permits it (g.single_copy()), a large gather moves each block straight between
+// the ranks' own buffers: one copy per byte instead of two (into the owner's scratch, out of it),
+// and no pipeline: one barrier before (the addresses are published and the tokens checked) and
+// one after (no rank leaves, and rewrites or frees its buffer, while a peer still copies). So do
+// alltoall's medium blocks where every rank has a core of its own (direct_alltoall.cpp), and
+// broadcast, allgather and scatter where the measured costs say (cost.h); alltoall was slower
+// with it at other sizes (a block read by several ranks, or both cores busy in the pipeline
+// already; BENCHMARKS.md, "Single-copy transfers" and "alltoall by single copy").
 // begin_single() is begin() plus the address of this rank's buffer in header word 5, then the
 // first barrier and check(); after it peer_buffer(c, j) is rank j's. Op k+1 rewrites word 5 only
 // after op k's closing barrier, by which every rank has read it.

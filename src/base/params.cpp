@@ -42,7 +42,7 @@ const std::vector<Param> kParams = {
      "a file of costs measured on this machine, which the automatic choice of algorithm uses instead of the "
      "built-in ones (`scripts/tune_algos.py` writes it; `docs/algorithms.md`, \"Measured cost curves\" and "
      "\"Where the choice changes\"); it may hold points for some ops only, and some switches only. Read when a "
-     "group forms, as are the four below; set them the same for every rank of a host, and its `switch` lines the "
+     "group forms, as are the five below; set them the same for every rank of a host, and its `switch` lines the "
      "same for every rank of a group (the group's creation checks)",
      "the built-in costs (`src/algo/cost_points.inc`), measured on a 2-core AMD EPYC"},
     {"SHOAL_DIRECT_REDUCE", Kind::choice, 0, 0, "auto,one_shot,two_shot",
@@ -65,6 +65,12 @@ const std::vector<Param> kParams = {
      "copies its block into its shared scratch area, the others copy it out), `single_copy` (at 2 ranks, each rank "
      "reads the other's input straight, where the group may: `SHOAL_CMA`) or `auto` (the cheaper by the measured "
      "costs, `SHOAL_TUNING`)",
+     "`auto`"},
+    {"SHOAL_DIRECT_SCATTER", Kind::choice, 0, 0, "auto,scratch,single_copy",
+     "for tuning and tests: how scatter runs when every rank is on this host, above 8 KiB: `scratch` (the root "
+     "copies the other ranks' blocks into its shared scratch area, each copies its own out), `single_copy` (each "
+     "rank reads its block of the root's buffer straight, where the group may: `SHOAL_CMA`) or `auto` (the cheaper "
+     "by the measured costs, `SHOAL_TUNING`)",
      "`auto`"},
     {"SHOAL_TIMEOUT", Kind::seconds, 0.001, 1e9, nullptr, "deadline of every op, seconds", "300"},
     {"SHOAL_TCP_STREAMS", Kind::integer, 1, 64, nullptr,
