@@ -13,13 +13,13 @@ algorithm at each size measured (the sum of log(time / fastest)), each halfway (
 between two sizes measured; `never` past the largest, 0 before the smallest (docs/algorithms.md,
 "Where the choice changes").
 
-    python3 scripts/tune_algos.py --direct [--direct-ops allreduce,reduce,alltoall,alltoallv,broadcast,allgather,scatter]
+    python3 scripts/tune_algos.py --direct [--direct-ops allreduce,reduce,alltoall,alltoallv,broadcast,allgather,scatter,gather]
         [--ranks-list 2,3,4,8,16] [--rounds 7] [-b 16K -e 4M -f 2] [--out FILE]
 
 Times both ways of each op that has two on one host (src/algo/cost.h: the allreduce and reduce
 in one shot or two, SHOAL_DIRECT_REDUCE; alltoall and alltoallv through the scratch slots or the
-rings, SHOAL_DIRECT_ALLTOALL; broadcast, allgather and scatter through the scratch or by single
-copy, SHOAL_DIRECT_BROADCAST, SHOAL_DIRECT_ALLGATHER and SHOAL_DIRECT_SCATTER) at each group size and message size, rounds outermost, and prints the
+rings, SHOAL_DIRECT_ALLTOALL; broadcast, allgather, scatter and gather through the scratch or by
+single copy, SHOAL_DIRECT_BROADCAST, _ALLGATHER, _SCATTER and _GATHER) at each group size and message size, rounds outermost, and prints the
 medians in the format SHOAL_TUNING reads; --out adds them to FILE (in place of its lines for the
 same points). The built-in points, src/algo/cost_points.inc, are such files. A round runs both ways of an op and group size back to
 back; each point holds two rounds' pairs, the round least favourable to way 0 and the one least
@@ -70,7 +70,7 @@ def run(bench, op, ranks, algo, env, transport, lo, hi, factor, iters, floors=Fa
 
 # The two ways of each op on one host, as the bench runs them (algorithm, environment): the
 # direct allreduce and reduce in one shot or two, alltoall(v) through the scratch slots (or
-# single copy) or by the pairwise exchange over the shm rings, and broadcast, allgather and scatter through
+# single copy) or by the pairwise exchange over the shm rings, and broadcast, allgather, scatter and gather through
 # the scratch or by single copy.
 WAYS = {
     "allreduce": {0: ("direct", {"SHOAL_DIRECT_REDUCE": "one_shot"}), 1: ("direct", {"SHOAL_DIRECT_REDUCE": "two_shot"})},
@@ -80,6 +80,7 @@ WAYS = {
     "broadcast": {0: ("direct", {"SHOAL_DIRECT_BROADCAST": "scratch"}), 1: ("direct", {"SHOAL_DIRECT_BROADCAST": "single_copy"})},
     "allgather": {0: ("direct", {"SHOAL_DIRECT_ALLGATHER": "scratch"}), 1: ("direct", {"SHOAL_DIRECT_ALLGATHER": "single_copy"})},
     "scatter": {0: ("direct", {"SHOAL_DIRECT_SCATTER": "scratch"}), 1: ("direct", {"SHOAL_DIRECT_SCATTER": "single_copy"})},
+    "gather": {0: ("direct", {"SHOAL_DIRECT_GATHER": "scratch"}), 1: ("direct", {"SHOAL_DIRECT_GATHER": "single_copy"})},
 }
 
 
@@ -323,7 +324,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("op", nargs="?")
     ap.add_argument("--direct", action="store_true", help="measure both ways of the direct ops (--direct-ops)")
-    ap.add_argument("--direct-ops", default="allreduce,reduce,alltoall,alltoallv,broadcast,allgather,scatter")
+    ap.add_argument("--direct-ops", default="allreduce,reduce,alltoall,alltoallv,broadcast,allgather,scatter,gather")
     ap.add_argument("--ranks-list", default="2,3,4,8")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", help="add the points or switches to this file (replacing its lines for the same ones)")

@@ -70,7 +70,7 @@ TEST(CostCurves, RejectsWhatItCannotUseNamingTheLine) {
   const std::string reduce_line = "direct reduce 2 4096 1 1\ndirect alltoall 2 4096 1 1\n";
   const Rejected cases[] = {
       {"directt allreduce 2 4096 1 1\n" + reduce_line, "line 1"},
-      {"direct gather 2 4096 1 1\n" + reduce_line, "'broadcast', 'allgather' or 'scatter'"},
+      {"direct barrier 2 4096 1 1\n" + reduce_line, "'allgather', 'scatter' or 'gather'"},
       {"direct allreduce 2 4096 1\n" + reduce_line, "expected: direct OP RANKS BYTES WAY0_US WAY1_US"},
       {"direct allreduce 2 4096 1 1 9\n" + reduce_line, "unexpected '9'"},
       {"direct allreduce 2 4096 1 1 9 9 9\n" + reduce_line, "unexpected '9'"},
@@ -112,16 +112,16 @@ TEST(CostCurves, AlongTheRanksInterpolatedThenScaled) {
 }
 
 // The points in effect decide, unless SHOAL_DIRECT_REDUCE, SHOAL_DIRECT_ALLTOALL,
-// SHOAL_DIRECT_BROADCAST, SHOAL_DIRECT_ALLGATHER or SHOAL_DIRECT_SCATTER forces a way. (With one
-// pair of times per point this is the faster way.)
+// SHOAL_DIRECT_BROADCAST, SHOAL_DIRECT_ALLGATHER, SHOAL_DIRECT_SCATTER or SHOAL_DIRECT_GATHER
+// forces a way. (With one pair of times per point this is the faster way.)
 TEST(CostCurves, TheChoiceIsTheCheaperCurve) {
   ScopedEnv unset_reduce("SHOAL_DIRECT_REDUCE", nullptr), unset_alltoall("SHOAL_DIRECT_ALLTOALL", nullptr),
       unset_broadcast("SHOAL_DIRECT_BROADCAST", nullptr), unset_allgather("SHOAL_DIRECT_ALLGATHER", nullptr),
-      unset_scatter("SHOAL_DIRECT_SCATTER", nullptr);
+      unset_scatter("SHOAL_DIRECT_SCATTER", nullptr), unset_gather("SHOAL_DIRECT_GATHER", nullptr);
   const auto held = tuning();
   const auto& points = held->points;
   for (Choice op : {Choice::allreduce, Choice::reduce, Choice::alltoall, Choice::alltoallv, Choice::broadcast,
-                    Choice::allgather, Choice::scatter}) {
+                    Choice::allgather, Choice::scatter, Choice::gather}) {
     int ways[2] = {0, 0};
     for (int p : {2, 3, 4, 6, 8, 12, 16, 64})
       for (size_t n : {12 * K, 64 * K, 256 * K, 1024 * K, 8192 * K, 65536 * K}) {
@@ -179,6 +179,14 @@ TEST(CostCurves, TheChoiceIsTheCheaperCurve) {
     ScopedEnv forced("SHOAL_DIRECT_SCATTER", "scratch");
     EXPECT_FALSE(Ways::current().scatter_single_copy(256 * K, 2));
   }
+  {
+    ScopedEnv forced("SHOAL_DIRECT_GATHER", "single_copy");
+    EXPECT_TRUE(Ways::current().gather_single_copy(16 * K, 4));
+  }
+  {
+    ScopedEnv forced("SHOAL_DIRECT_GATHER", "scratch");
+    EXPECT_FALSE(Ways::current().gather_single_copy(size_t(64) << 20, 2));
+  }
 }
 
 // Where the points hold two pairs of times (two stretches of the machine), the choice is the way
@@ -220,7 +228,7 @@ TEST(CostCurves, BuiltInPointsCoverEveryOp) {
   const auto held = tuning();
   const auto& points = held->points;
   for (Choice op : {Choice::allreduce, Choice::reduce, Choice::alltoall, Choice::alltoallv, Choice::broadcast,
-                    Choice::allgather, Choice::scatter}) {
+                    Choice::allgather, Choice::scatter, Choice::gather}) {
     int lo = 1 << 30, hi = 0;
     for (const auto& q : points)
       if (q.op == op) lo = std::min(lo, q.ranks), hi = std::max(hi, q.ranks);
@@ -233,20 +241,22 @@ TEST(CostCurves, BuiltInPointsCoverEveryOp) {
 TEST(CostCurves, TheFileSHOAL_TUNINGNamesDecides) {
   ScopedEnv unset_reduce("SHOAL_DIRECT_REDUCE", nullptr), unset_alltoall("SHOAL_DIRECT_ALLTOALL", nullptr),
       unset_broadcast("SHOAL_DIRECT_BROADCAST", nullptr), unset_allgather("SHOAL_DIRECT_ALLGATHER", nullptr),
-      unset_scatter("SHOAL_DIRECT_SCATTER", nullptr);
+      unset_scatter("SHOAL_DIRECT_SCATTER", nullptr), unset_gather("SHOAL_DIRECT_GATHER", nullptr);
   const std::string path = ::testing::TempDir() + "shoal-tuning-test.txt";
   {
     std::ofstream f(path);
     f << "direct allreduce 2 16384 50 5\ndirect reduce 2 16384 50 5\ndirect alltoall 2 16384 5 50\n"  // way 1, way 1, way 0
       << "direct alltoallv 2 16384 50 5\ndirect broadcast 2 16384 5 50\n"                                 // way 1, way 0
-      << "direct allgather 2 16384 50 5\ndirect scatter 2 16384 5 50\n";                                  // way 1, way 0
+      << "direct allgather 2 16384 50 5\ndirect scatter 2 16384 5 50\n"                                   // way 1, way 0
+      << "direct gather 2 16384 50 5\n";                                                                // way 1
   }
   ScopedEnv unset_file("SHOAL_TUNING", nullptr);
   const bool built_in = Ways::current().reduce_one_shot(Choice::reduce, 16 * K, 2);
   {
     ScopedEnv file("SHOAL_TUNING", path.c_str());
-    EXPECT_EQ(tuning()->points.size(), 7u);
+    EXPECT_EQ(tuning()->points.size(), 8u);
     EXPECT_FALSE(Ways::current().scatter_single_copy(16 * K, 2));
+    EXPECT_TRUE(Ways::current().gather_single_copy(16 * K, 2));
     EXPECT_FALSE(Ways::current().broadcast_single_copy(16 * K, 2));
     EXPECT_TRUE(Ways::current().allgather_single_copy(16 * K, 2));
     EXPECT_TRUE(Ways::current().alltoall_pairwise(Choice::alltoallv, 16 * K, 2));

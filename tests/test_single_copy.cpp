@@ -70,8 +70,8 @@ TEST_P(SingleCopyOps, MatchTheReference) {
   run_ranks(n, with_cma("shm", std::get<1>(GetParam())), [](Communicator& c) {
     std::mt19937 rng(7 + c.rank());
     const int p = c.size(), me = c.rank();
-    // Block sizes from just under to over the single-copy threshold, odd counts included.
-    const size_t big = algo::direct::kSingleCopyBytes / sizeof(float);
+    // Blocks around 2 MiB, where most of these ops change way, odd counts included.
+    const size_t big = (size_t(2) << 20) / sizeof(float);
     const size_t counts[] = {big / static_cast<size_t>(p) + 3, big + 1, 2 * big + 5};
     std::vector<float> in, out;
     for (int iter = 0; iter < (kSanitized ? 12 : 36); ++iter) {
@@ -153,6 +153,7 @@ TEST(SingleCopy, NoWriteLandsInTheRootAfterItsFailedGatherReturns) {
   constexpr size_t piece = size_t(1) << 20;  // ShmGroupImpl's transfer piece (kTransferPiece)
   const size_t count = (size_t(128) << 20) / sizeof(float);  // 128 MiB per writer: ~0.1 s of writing
   RunConfig cfg = with_cma("shm", "1");
+  cfg.env.push_back({"SHOAL_DIRECT_GATHER", "single_copy"});
   cfg.options.timeout = std::chrono::seconds(60);
   cfg.limit = std::chrono::seconds(120);
   RunResult res = run_ranks_outcomes(n, cfg, [&](Communicator& c) {
@@ -324,8 +325,8 @@ INSTANTIATE_TEST_SUITE_P(All, SingleCopyAllgather,
 // scatter above the small protocol, each way forced (SHOAL_DIRECT_SCATTER) and chosen by the
 // measured costs, with single copy on and off (off, a forced single copy takes the scratch):
 // blocks from just above the small protocol to several MiB, odd ones, every root, in place at the
-// root (its output is its own block of the input), ranks out of step; compared against values
-// computed here.
+// root (its output is its own block of the input), the root's output half over its own block and
+// half over a neighbour's, ranks out of step; compared against values computed here.
 class SingleCopyScatter : public ::testing::TestWithParam<std::tuple<int, const char*, const char*>> {};
 
 TEST_P(SingleCopyScatter, MatchesTheReference) {
@@ -343,18 +344,20 @@ TEST_P(SingleCopyScatter, MatchesTheReference) {
     for (int iter = 0; iter < 10; ++iter) {
       const size_t count = counts[iter % 5];
       const int root = iter % p;
-      const bool in_place = iter % 4 >= 2;
+      const bool in_place = iter % 4 >= 2, straddles = iter % 4 == 1;
       if (rng() % 3 == 0) usleep(rng() % 500);
       auto val = [&](size_t i) SHOAL_TEST_REFERENCE { return static_cast<float>((root + 1) * 100 + iter + static_cast<int>(i % 23)); };
       in.assign(count * p, -1);
       if (me == root)
         for (size_t i = 0; i < count * p; ++i) in[i] = val(i);
       out.assign(count, -1);
-      float* dst = in_place && me == root ? in.data() + me * count : out.data();
+      float* dst = out.data();
+      if (me == root && in_place) dst = in.data() + me * count;
+      if (me == root && straddles) dst = in.data() + me * count + (me + 1 < p ? count / 2 : -(count / 2));
       c.scatter(in.data(), dst, count, DType::f32, root)->wait();
       for (size_t i = 0; i < count; ++i)
         SH_CHECK(dst[i] == val(me * count + i)) << "scatter iter " << iter << " count " << count << " root " << root << " i " << i;
-      if (me == root) {  // the root's input is not written (in place, its own block holds its own values)
+      if (me == root && !straddles) {  // the root's input is not written (in place, its own block holds its own values)
         for (size_t i = 0; i < count * p; ++i) SH_CHECK(in[i] == val(i)) << "scatter's input changed at " << i;
       }
     }
@@ -362,6 +365,53 @@ TEST_P(SingleCopyScatter, MatchesTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, SingleCopyScatter,
+                         ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values("1", "0"),
+                                            ::testing::Values("single_copy", "scratch", "auto")),
+                         [](const auto& info) {
+                           return "n" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param)[0] == '1' ? "_cma_" : "_copies_") + std::get<2>(info.param);
+                         });
+
+// gather above the small protocol, each way forced (SHOAL_DIRECT_GATHER) and chosen by the
+// measured costs, with single copy on and off (off, a forced single copy takes the scratch):
+// blocks from just above the small protocol to several MiB, odd ones, every root, in place at the
+// root (its input is its own block of the output), ranks out of step; compared against values
+// computed here.
+class SingleCopyGather : public ::testing::TestWithParam<std::tuple<int, const char*, const char*>> {};
+
+TEST_P(SingleCopyGather, MatchesTheReference) {
+  const auto [n, cma, way] = GetParam();
+  RunConfig cfg = with_cma("shm", cma);
+  cfg.env.push_back({"SHOAL_DIRECT_GATHER", way});
+  const bool may = std::string(cma) == "1" && kernel_permits_cma();
+  run_ranks(n, cfg, [may](Communicator& c) {
+    SH_CHECK(c.single_copy() == may) << "single copy " << c.single_copy() << ", expected " << may;
+    std::mt19937 rng(23 + c.rank());
+    const int p = c.size(), me = c.rank();
+    const size_t kib = 1024 / sizeof(float);
+    const size_t counts[] = {8 * kib + 1, 64 * kib - 1, 128 * kib + 3, 512 * kib, 2048 * kib + 7};
+    std::vector<float> in, out;
+    for (int iter = 0; iter < 10; ++iter) {
+      const size_t count = counts[iter % 5];
+      const int root = iter % p;
+      const bool in_place = iter % 4 >= 2;
+      if (rng() % 3 == 0) usleep(rng() % 500);
+      auto val = [&](int r, size_t i) SHOAL_TEST_REFERENCE { return static_cast<float>((r + 1) * 100 + iter + static_cast<int>(i % 29)); };
+      out.assign(me == root ? count * p : 0, -1);
+      in.assign(count, 0);
+      float* src = in_place && me == root ? out.data() + me * count : in.data();
+      for (size_t i = 0; i < count; ++i) src[i] = val(me, i);
+      c.gather(src, me == root ? out.data() : nullptr, count, DType::f32, root)->wait();
+      if (me == root) {
+        for (int j = 0; j < p; ++j)
+          for (size_t i = 0; i < count; ++i)
+            SH_CHECK(out[j * count + i] == val(j, i)) << "gather iter " << iter << " count " << count << " root " << root << " block " << j << " i " << i;
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(All, SingleCopyGather,
                          ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values("1", "0"),
                                             ::testing::Values("single_copy", "scratch", "auto")),
                          [](const auto& info) {

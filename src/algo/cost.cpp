@@ -27,9 +27,9 @@ const char* const kBuiltIn =
     ;
 
 // The ops with two ways, by Choice.
-constexpr const char* kChoiceNames[] = {"allreduce", "reduce", "alltoall", "alltoallv", "broadcast", "allgather", "scatter"};
+constexpr const char* kChoiceNames[] = {"allreduce", "reduce", "alltoall", "alltoallv", "broadcast", "allgather", "scatter", "gather"};
 constexpr Choice kChoices[] = {Choice::allreduce, Choice::reduce,    Choice::alltoall,
-                               Choice::alltoallv, Choice::broadcast, Choice::allgather, Choice::scatter};
+                               Choice::alltoallv, Choice::broadcast, Choice::allgather, Choice::scatter, Choice::gather};
 
 // The settings that force a way, by Ways::forced_ index, and the value that forces way 0.
 struct Forcing {
@@ -41,7 +41,9 @@ constexpr Forcing kForcings[] = {
     {"SHOAL_DIRECT_ALLTOALL", "scratch"},
     {"SHOAL_DIRECT_BROADCAST", "scratch"},
     {"SHOAL_DIRECT_ALLGATHER", "scratch"},
-    {"SHOAL_DIRECT_SCATTER", "scratch"}};
+    {"SHOAL_DIRECT_SCATTER", "scratch"},
+    {"SHOAL_DIRECT_GATHER", "scratch"}};
+static_assert(std::size(kForcings) == kForcedWays);
 int forcing_of(Choice op) {
   switch (op) {
     case Choice::allreduce:
@@ -51,6 +53,7 @@ int forcing_of(Choice op) {
     case Choice::broadcast: return 2;
     case Choice::allgather: return 3;
     case Choice::scatter: return 4;
+    case Choice::gather: return 5;
   }
   return 0;
 }
@@ -294,7 +297,7 @@ Tuning parse_tuning(const std::string& text, const std::string& where) {
     CostPoint q;
     w >> op;
     const auto* named = std::find_if(std::begin(kChoices), std::end(kChoices), [&](Choice k) { return op == choice_name(k); });
-    if (named == std::end(kChoices)) bad("expected the op 'allreduce', 'reduce', 'alltoall', 'alltoallv', 'broadcast', 'allgather' or 'scatter' after 'direct'");
+    if (named == std::end(kChoices)) bad("expected the op 'allreduce', 'reduce', 'alltoall', 'alltoallv', 'broadcast', 'allgather', 'scatter' or 'gather' after 'direct'");
     q.op = *named;
     if (!(w >> q.ranks >> q.bytes >> q.us[0] >> q.us[1])) bad("expected: direct OP RANKS BYTES WAY0_US WAY1_US");
     q.us2[0] = q.us[0], q.us2[1] = q.us[1];

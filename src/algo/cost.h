@@ -22,6 +22,8 @@
 //   way 0 through the ranks' scratch, way 1 each rank reading the other's input by single copy.
 // - The direct scatter above the small protocol, likewise (direct_broadcast.cpp): way 0 through
 //   the root's scratch, way 1 each rank reading its block of the root's buffer by single copy.
+// - The direct gather above the small protocol, likewise (direct_allgather.cpp): way 0 through the
+//   ranks' scratch, way 1 each rank writing its block into the root's output by single copy.
 //
 // Where they cross depends on what a barrier costs (tens of µs once ranks outnumber cores), on how
 // fast a core reads what another just wrote, and on where the data leaves the caches, so it is
@@ -46,7 +48,7 @@
 namespace shoal::algo {
 
 // The ops whose way on one host the measured costs choose; a tuning file names them so.
-enum class Choice : uint8_t { allreduce, reduce, alltoall, alltoallv, broadcast, allgather, scatter };
+enum class Choice : uint8_t { allreduce, reduce, alltoall, alltoallv, broadcast, allgather, scatter, gather };
 const char* choice_name(Choice c);
 
 // Where the automatic choice between ranks that do not share memory changes algorithm
@@ -79,7 +81,8 @@ const char* switch_name(Switch s);  // as a tuning file names it: "allreduce.mst
 inline constexpr size_t kNever = SIZE_MAX;  // a switch at this many bytes: the first way everywhere
 
 // One measured point: both ways of `op` at `ranks` ranks and `bytes` (allreduce, reduce: per
-// rank; alltoall(v): all blocks of a rank; broadcast: the buffer; allgather: the output; scatter: the root's input).
+// rank; alltoall(v): all blocks of a rank; broadcast: the buffer; allgather: the output; scatter: the root's input;
+// gather: the root's output).
 struct CostPoint {
   Choice op = Choice::allreduce;
   int ranks = 0;
@@ -122,9 +125,12 @@ std::shared_ptr<const Tuning> tuning();
 // `second`: from the second pair of times (us2).
 double way_us(const std::vector<CostPoint>& points, Choice op, int p, size_t n, int way, bool second = false);
 
+// The settings that force a way (SHOAL_DIRECT_*).
+inline constexpr size_t kForcedWays = 6;
+
 // What the choices read, taken once when a group forms: the points in effect and the ways
-// SHOAL_DIRECT_REDUCE, SHOAL_DIRECT_ALLTOALL, SHOAL_DIRECT_BROADCAST, SHOAL_DIRECT_ALLGATHER and
-// SHOAL_DIRECT_SCATTER force. Each communicator keeps its own (Ctx::ways),
+// SHOAL_DIRECT_REDUCE, SHOAL_DIRECT_ALLTOALL, SHOAL_DIRECT_BROADCAST, SHOAL_DIRECT_ALLGATHER,
+// SHOAL_DIRECT_SCATTER and SHOAL_DIRECT_GATHER force. Each communicator keeps its own (Ctx::ways),
 // so a setting changed later in one process cannot make its ranks run one op different ways.
 class Ways {
  public:
@@ -149,6 +155,8 @@ class Ways {
   bool allgather_single_copy(size_t n, int p) const { return cheaper(Choice::allgather, n, p) == 1; }
   // The same for a scatter whose root's input is n bytes.
   bool scatter_single_copy(size_t n, int p) const { return cheaper(Choice::scatter, n, p) == 1; }
+  // The same for a gather(v) whose root's output is n bytes.
+  bool gather_single_copy(size_t n, int p) const { return cheaper(Choice::gather, n, p) == 1; }
 
   // Where the automatic choice over the network changes (Switch) in a group of p ranks.
   size_t switch_at(Switch s, int p) const { return tuning_->at(s, p); }
@@ -163,11 +171,11 @@ class Ways {
 
  private:
   std::shared_ptr<const Tuning> tuning_;
-  int forced_[5] = {-1, -1, -1, -1, -1};  // allreduce and reduce, alltoall(v), broadcast, allgather, scatter: the way, or -1
+  int forced_[kForcedWays] = {-1, -1, -1, -1, -1, -1};  // by the setting (cost.cpp, kForcings): the way, or -1
 };
 
 // Parses a tuning file: '#' comments, one line per measured point,
-//   direct <allreduce|reduce|alltoall|alltoallv|broadcast|allgather|scatter> <ranks> <bytes> <way 0 µs> <way 1 µs> [<way 0 µs> <way 1 µs>]
+//   direct <allreduce|reduce|alltoall|alltoallv|broadcast|allgather|scatter|gather> <ranks> <bytes> <way 0 µs> <way 1 µs> [<way 0 µs> <way 1 µs>]
 // the second pair from another round (above), and one per switch it sets,
 //   switch <name>[@<ranks>] <bytes|never>
 // Throws InvalidArgument naming `where` and the line.

@@ -6,8 +6,8 @@
 // owners' scratch. Over shm rings the ring allgather copies every block twice per hop and needs
 // p-1 rounds of doorbells; chosen whenever every rank shares this host.
 //
-// Gather: the same with only the root copying out: (N + 1)·α + (p-1)/p·n·β at the root. With
-// single copy (direct_common.h) from kSingleCopyBytes received: 2·α + n/p·β' (β' = a
+// Gather: the same with only the root copying out: (N + 1)·α + (p-1)/p·n·β at the root. By single
+// copy, where the group may and the measured costs say so (cost.h): 2·α + n/p·β' (β' = a
 // process_vm_writev per byte), every rank writing its block into the root's output at once.
 //
 // Pipeline: piece m (bytes [m·chunk, (m+1)·chunk) of each block) goes through slot m % 2 of its
@@ -30,8 +30,9 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
   ShmGroup& g = *c.shm();
   const int p = c.size, r = c.rank;
   // gather: each rank writes its block into the root's out (the p-1 copies run in parallel, where
-  // the root reading them would make them one after the other).
-  if (root >= 0 && use_single_copy(c, b.total() - b.max_len())) {
+  // the root reading them would make them one after the other), where the measured costs say that
+  // beats the scratch (cost.h, Choice::gather).
+  if (root >= 0 && g.single_copy() && c.ways().gather_single_copy(b.total(), p)) {
     uint8_t* own = u8(out) + b.off[r];
     // The root's own block, out of the writers' way.
     const void* mine = r == root && in != own ? apart_from_out(c, in, b.len[r], out, b.total()) : in;

@@ -35,7 +35,7 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
   // The other rank reads the root's buffer, where the measured costs say that beats the two
   // copies through the root's scratch (cost.h, Choice::broadcast). With more ranks the readers
   // share the root's pages and the cores: slower than the scratch in the median at every size
-  // from 128 KiB (BENCHMARKS.md, "Broadcast, allgather and scatter by single copy").
+  // from 128 KiB (BENCHMARKS.md, "Broadcast, allgather, scatter and gather by single copy").
   if (p == 2 && g.single_copy() && c.ways().broadcast_single_copy(n, p)) {
     begin_single(c, s.value(), buf);
     if (r != root) g.read(root, peer_buffer(c, root), buf, n);
@@ -68,12 +68,17 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
   if (small_fits(bs * static_cast<size_t>(p))) return scatter_small(c, in, out, count, root, s.value());
   // Each rank reads its block of the root's buffer, where the measured costs say that beats the
   // two copies through the root's scratch (cost.h, Choice::scatter).
+  // The root's own block, copied while the others read or copy out (its out may be that block,
+  // in place, or overlap the others' blocks: then only once they are read).
+  const uint8_t* own = u8(in) + static_cast<size_t>(root) * bs;
+  const bool copy_own = r == root && out != own;
+  const bool own_last = copy_own && overlaps(out, bs, in, bs * static_cast<size_t>(p));
   if (g.single_copy() && c.ways().scatter_single_copy(bs * static_cast<size_t>(p), p)) {
     begin_single(c, s.value(), in);
     if (r != root) g.read(root, peer_buffer(c, root) + static_cast<size_t>(r) * bs, out, bs);
+    if (copy_own && !own_last) copy_bytes(out, own, bs);
     end_single(c);
-    // After the readers: the root's out may overlap its in.
-    if (r == root) std::memmove(out, u8(in) + static_cast<size_t>(root) * bs, bs);
+    if (own_last) std::memmove(out, own, bs);
     return;
   }
   begin(c, s.value());
@@ -81,7 +86,6 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
   const size_t pb = std::max(es, std::min(slot_bytes(g) / p, chunk_target(g, p)) / 64 * 64 / es * es);
   const size_t nchunks = std::max<size_t>(1, (bs + pb - 1) / pb);
   auto clen = [&](size_t m) { return std::min(pb, bs - std::min(bs, m * pb)); };
-  if (r == root) copy_bytes(out, u8(in) + static_cast<size_t>(root) * bs, bs);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (r == root && ph < nchunks) {
       uint8_t* sl = slot(g, root, slot_of(c, ph));
@@ -96,6 +100,9 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
     g.barrier();
     if (ph == 0) check(c);
   }
+  // The others are copying out the last chunk; every block of in has left.
+  if (own_last) std::memmove(out, own, bs);
+  else if (copy_own) copy_bytes(out, own, bs);
   end(c, nchunks);
 }
 

@@ -58,8 +58,6 @@ const uint8_t* peer_buffer(Ctx& c, int j) {
   return reinterpret_cast<const uint8_t*>(__atomic_load_n(&header(*c.shm(), j)[5], __ATOMIC_ACQUIRE));
 }
 
-bool use_single_copy(Ctx& c, size_t bytes) { return bytes >= kSingleCopyBytes && c.shm()->single_copy(); }
-
 int slot_of(Ctx& c, size_t m) { return static_cast<int>((header(*c.shm(), c.rank)[0] + m) & 1); }
 
 void end(Ctx& c, size_t nchunks) {

@@ -70,8 +70,6 @@ inline constexpr size_t kMinPieceBytes = size_t(16) << 10;
 void alltoall_pipeline(Ctx& c, const uint8_t* src, const Blocks& sb, void* out, const Blocks& rb, size_t largest);
 // The piece of each block that one phase of that pipeline moves, for `largest` (a multiple of 64).
 size_t alltoall_piece(ShmGroup& g, int p, size_t largest);
-// Single copy from this many bytes (BENCHMARKS.md, "Single-copy transfers").
-inline constexpr size_t kSingleCopyBytes = size_t(2) << 20;
 
 // A direct op's token base, which its ranks write and its readers compare: the op's signature
 // (Ctx::sig), which holds the call's arguments and number, and the kind of direct op. A subgroup's
@@ -108,24 +106,20 @@ inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderB
 
 // ---- Single copy: between the ranks' own buffers (ShmGroup::read, write) ----------------------
 //
-// Where the kernel permits it (g.single_copy()), a large gather moves each block straight between
-// the ranks' own buffers: one copy per byte instead of two (into the owner's scratch, out of it),
-// and no pipeline: one barrier before (the addresses are published and the tokens checked) and
-// one after (no rank leaves, and rewrites or frees its buffer, while a peer still copies). So do
-// alltoall's medium blocks where every rank has a core of its own (direct_alltoall.cpp), and
-// broadcast, allgather and scatter where the measured costs say (cost.h); alltoall was slower
-// with it at other sizes (a block read by several ranks, or both cores busy in the pipeline
-// already; BENCHMARKS.md, "Single-copy transfers" and "alltoall by single copy").
+// Where the kernel permits it (g.single_copy()), broadcast, allgather, scatter and gather move
+// blocks straight between the ranks' own buffers where the measured costs say (cost.h): one copy
+// per byte instead of two (into the owner's scratch, out of it), and no pipeline: one barrier
+// before (the addresses are published and the tokens checked) and one after (no rank leaves, and
+// rewrites or frees its buffer, while a peer still copies). So do alltoall's medium blocks where
+// every rank has a core of its own (direct_alltoall.cpp); alltoall was slower with it at other
+// sizes (a block read by several ranks, or both cores busy in the pipeline already;
+// BENCHMARKS.md, "Single-copy transfers" and "alltoall by single copy").
 // begin_single() is begin() plus the address of this rank's buffer in header word 5, then the
 // first barrier and check(); after it peer_buffer(c, j) is rank j's. Op k+1 rewrites word 5 only
 // after op k's closing barrier, by which every rank has read it.
 void begin_single(Ctx& c, uint64_t sig, const void* mine);
 const uint8_t* peer_buffer(Ctx& c, int j);
 inline void end_single(Ctx& c) { c.shm()->barrier(); }
-// Whether an op that moves `bytes` to or from one rank uses single copy: the group permits it
-// and `bytes` is at least kSingleCopyBytes (the same answer on every rank: callers pass a size
-// every rank knows).
-bool use_single_copy(Ctx& c, size_t bytes);
 
 // ---- Small ops: no barrier (direct_small.cpp) ----------------------------------------------------
 //

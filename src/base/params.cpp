@@ -42,7 +42,7 @@ const std::vector<Param> kParams = {
      "a file of costs measured on this machine, which the automatic choice of algorithm uses instead of the "
      "built-in ones (`scripts/tune_algos.py` writes it; `docs/algorithms.md`, \"Measured cost curves\" and "
      "\"Where the choice changes\"); it may hold points for some ops only, and some switches only. Read when a "
-     "group forms, as are the five below; set them the same for every rank of a host, and its `switch` lines the "
+     "group forms, as are the six below; set them the same for every rank of a host, and its `switch` lines the "
      "same for every rank of a group (the group's creation checks)",
      "the built-in costs (`src/algo/cost_points.inc`), measured on a 2-core AMD EPYC"},
     {"SHOAL_DIRECT_REDUCE", Kind::choice, 0, 0, "auto,one_shot,two_shot",
@@ -71,6 +71,12 @@ const std::vector<Param> kParams = {
      "copies the other ranks' blocks into its shared scratch area, each copies its own out), `single_copy` (each "
      "rank reads its block of the root's buffer straight, where the group may: `SHOAL_CMA`) or `auto` (the cheaper "
      "by the measured costs, `SHOAL_TUNING`)",
+     "`auto`"},
+    {"SHOAL_DIRECT_GATHER", Kind::choice, 0, 0, "auto,scratch,single_copy",
+     "for tuning and tests: how gather runs when every rank is on this host, above 8 KiB: `scratch` (each rank "
+     "copies its block into its shared scratch area, the root copies them out), `single_copy` (each rank writes its "
+     "block into the root's output straight, where the group may: `SHOAL_CMA`) or `auto` (the cheaper by the "
+     "measured costs, `SHOAL_TUNING`)",
      "`auto`"},
     {"SHOAL_TIMEOUT", Kind::seconds, 0.001, 1e9, nullptr, "deadline of every op, seconds", "300"},
     {"SHOAL_TCP_STREAMS", Kind::integer, 1, 64, nullptr,
@@ -109,8 +115,8 @@ const std::vector<Param> kParams = {
      "`process_vm_readv`/`writev`, as Open MPI's CMA), and every transfer takes two copies through shared memory. "
      "With `1` a group probes, when it forms, whether the kernel lets every rank read every other's memory (the "
      "same user, Yama's `ptrace_scope` 0, no seccomp profile forbidding it: containers often do) and uses single "
-     "copy for large gathers and scatters, and for alltoall's medium blocks where every rank has a core of its "
-     "own, only if it does (`Communicator::single_copy()`; `BENCHMARKS.md`, \"Single-copy transfers\")",
+     "copy for broadcast, allgather, scatter and gather where the measured costs say (`SHOAL_TUNING`), and for "
+     "alltoall's medium blocks where every rank has a core of its own, only if it does (`Communicator::single_copy()`; `BENCHMARKS.md`, \"Single-copy transfers\")",
      "`1`"},
     {"SHOAL_SPIN_US", Kind::integer, 0, 1e7, nullptr, "how long a waiter polls before it sleeps (futex/epoll), µs", "50, 0 when ranks outnumber cores"},
     {"SHOAL_YIELD_US", Kind::integer, 0, 1e7, nullptr,

@@ -152,7 +152,9 @@ void single_copy_section(Items& out) {
   else if (!permitted)
     used = "no: the kernel refuses it here (Yama ptrace_scope above 0, a seccomp profile, or another user); "
            "every transfer takes two copies through shared memory";
-  else used = "yes: large gathers and scatters, and alltoall's medium blocks when each rank has a core";
+  else
+    used = "yes: broadcast, allgather, scatter and gather where the measured costs say, and alltoall's medium "
+           "blocks when each rank has a core";
   out.push_back({S, "used", used});
 }
 
