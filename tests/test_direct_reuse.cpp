@@ -63,12 +63,13 @@ TEST_P(DirectReuse, OutOfStepRanksNeverReadAnOverwrittenSlot) {
 }
 
 // Every direct op with a small scratch area (so that 1, 2 and 3 chunks all occur: the closing
-// barrier is skipped after an odd number of chunks), back to back, ranks out of step.
-TEST_P(DirectReuse, EveryOpWithOddAndEvenChunkCounts) {
-  const int n = GetParam();
+// barrier is skipped after an odd number of chunks), back to back, ranks out of step; the
+// writers' copies into the scratch with the stores SHOAL_DIRECT_STORES says (src/algo/cost.h).
+static void every_op_with_odd_and_even_chunk_counts(int n, const char* stores) {
   RunConfig cfg = transport_config("shm");
   // Two data slots of 128 KiB after the header and the small slots.
   cfg.env.push_back({"SHOAL_SHM_SCRATCH", std::to_string((256 << 10) + algo::direct::kHeaderBytes + algo::direct::kSmallArea)});
+  cfg.env.push_back({"SHOAL_DIRECT_STORES", stores});
   run_ranks(n, cfg, [](Communicator& c) {
     std::mt19937 rng(99 + c.rank());
     const int p = c.size(), me = c.rank();
@@ -77,7 +78,7 @@ TEST_P(DirectReuse, EveryOpWithOddAndEvenChunkCounts) {
     for (int iter = 0; iter < 120; ++iter) {
       const size_t count = counts[(iter / 5) % 4];
       if (rng() % 3 == 0) usleep(rng() % 200);
-      const int kind = iter % 7, root = iter % p;
+      const int kind = iter % 8, root = iter % p;
       auto val = [&](int r, size_t i) { return static_cast<float>((r + 1) * (iter % 13 + 1) + static_cast<int>(i % 5)); };
       if (kind == 0) {  // broadcast
         in.assign(count, 0);
@@ -109,6 +110,16 @@ TEST_P(DirectReuse, EveryOpWithOddAndEvenChunkCounts) {
         for (size_t i = 0; i < count * p; ++i) in[i] = val(root, i);
         c.scatter(in.data(), out.data(), count, DType::f32, root, {Algo::direct})->wait();
         for (size_t i = 0; i < count; ++i) SH_CHECK(out[i] == val(root, me * count + i)) << "scatter iter " << iter << " i " << i;
+      } else if (kind == 4) {  // gather
+        in.resize(count);
+        out.assign(me == root ? count * p : 0, -1);
+        for (size_t i = 0; i < count; ++i) in[i] = val(me, i);
+        c.gather(in.data(), me == root ? out.data() : nullptr, count, DType::f32, root, {Algo::direct})->wait();
+        if (me == root) {
+          for (int r = 0; r < p; ++r)
+            for (size_t i = 0; i < count; ++i)
+              SH_CHECK(out[r * count + i] == val(r, i)) << "gather iter " << iter << " block " << r << " i " << i;
+        }
       } else if (kind == 5) {  // alltoall, in place every other time
         in.resize(count * p);
         for (int j = 0; j < p; ++j)
@@ -146,6 +157,9 @@ TEST_P(DirectReuse, EveryOpWithOddAndEvenChunkCounts) {
     }
   });
 }
+
+TEST_P(DirectReuse, EveryOpWithOddAndEvenChunkCounts) { every_op_with_odd_and_even_chunk_counts(GetParam(), "cached"); }
+TEST_P(DirectReuse, EveryOpWithStreamingStores) { every_op_with_odd_and_even_chunk_counts(GetParam(), "streaming"); }
 
 // A broadcast's or scatter's root, and a gather's leaves, wait for no one: they run ahead of the
 // slowest rank by up to the depth of their ring of slots (direct_common.h: 64 ops with up to

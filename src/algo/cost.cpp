@@ -205,6 +205,7 @@ Ways Ways::current() {
     const auto forced = params::choice(kForcings[i].setting);
     if (forced && *forced != "auto") w.forced_[i] = *forced == kForcings[i].way0 ? 0 : 1;
   }
+  w.streaming_ = params::choice("SHOAL_DIRECT_STORES").value_or("cached") == "streaming";
   return w;
 }
 

@@ -158,6 +158,14 @@ class Ways {
   // The same for a gather(v) whose root's output is n bytes.
   bool gather_single_copy(size_t n, int p) const { return cheaper(Choice::gather, n, p) == 1; }
 
+  // Whether this rank's copies into its scratch for others (the scratch way of broadcast,
+  // allgather, scatter, gather and alltoall(v)) take non-temporal stores: SHOAL_DIRECT_STORES.
+  // A line another core holds modified in its own cache is several times slower to read where
+  // the two cores sit on different core complexes of an AMD EPYC than one in memory; where they
+  // share a cache the cached copy is read faster (BENCHMARKS.md, "Non-temporal copy-in"). Each
+  // writer may choose alone: its readers see the same bytes either way.
+  bool streaming_copy_in() const { return streaming_; }
+
   // Where the automatic choice over the network changes (Switch) in a group of p ranks.
   size_t switch_at(Switch s, int p) const { return tuning_->at(s, p); }
 
@@ -172,6 +180,7 @@ class Ways {
  private:
   std::shared_ptr<const Tuning> tuning_;
   int forced_[kForcedWays] = {-1, -1, -1, -1, -1, -1};  // by the setting (cost.cpp, kForcings): the way, or -1
+  bool streaming_ = false;  // SHOAL_DIRECT_STORES
 };
 
 // Parses a tuning file: '#' comments, one line per measured point,

@@ -59,10 +59,11 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
   const size_t cb = chunk_target(g, p) / c.esize * c.esize;
   const size_t nchunks = std::max<size_t>(1, (b.max_len() + cb - 1) / cb);
   auto copy_out = b.total() >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
+  auto copy_in = c.ways().streaming_copy_in() ? copy_streaming : copy_bytes;
   auto piece = [&](int j, size_t m) { return std::min(cb, b.len[j] - std::min(b.len[j], m * cb)); };
   if (writes_out) copy_bytes(u8(out) + b.off[r], in, b.len[r]);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
-    if (ph < nchunks) copy_bytes(slot(g, r, slot_of(c, ph)), u8(in) + ph * cb, piece(r, ph));
+    if (ph < nchunks) copy_in(slot(g, r, slot_of(c, ph)), u8(in) + ph * cb, piece(r, ph));
     if (ph >= 1 && writes_out) {
       const size_t m = ph - 1;
       for (int j = 0; j < p; ++j)

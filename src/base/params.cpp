@@ -42,7 +42,7 @@ const std::vector<Param> kParams = {
      "a file of costs measured on this machine, which the automatic choice of algorithm uses instead of the "
      "built-in ones (`scripts/tune_algos.py` writes it; `docs/algorithms.md`, \"Measured cost curves\" and "
      "\"Where the choice changes\"); it may hold points for some ops only, and some switches only. Read when a "
-     "group forms, as are the six below; set them the same for every rank of a host, and its `switch` lines the "
+     "group forms, as are the seven below; set them the same for every rank of a host, and its `switch` lines the "
      "same for every rank of a group (the group's creation checks)",
      "the built-in costs (`src/algo/cost_points.inc`), measured on a 2-core AMD EPYC"},
     {"SHOAL_DIRECT_REDUCE", Kind::choice, 0, 0, "auto,one_shot,two_shot",
@@ -78,6 +78,12 @@ const std::vector<Param> kParams = {
      "block into the root's output straight, where the group may: `SHOAL_CMA`) or `auto` (the cheaper by the "
      "measured costs, `SHOAL_TUNING`)",
      "`auto`"},
+    {"SHOAL_DIRECT_STORES", Kind::choice, 0, 0, "cached,streaming",
+     "for tuning and tests: how a rank writes data for others into its shared scratch area (broadcast, allgather, "
+     "scatter, gather and alltoall through the scratch): `cached` (ordinary stores), `streaming` (non-temporal stores, to memory: "
+     "faster where ranks sit on different core complexes of an AMD EPYC, slower where cores share a cache; "
+     "`BENCHMARKS.md`, \"Non-temporal copy-in\")",
+     "`cached`"},
     {"SHOAL_TIMEOUT", Kind::seconds, 0.001, 1e9, nullptr, "deadline of every op, seconds", "300"},
     {"SHOAL_TCP_STREAMS", Kind::integer, 1, 64, nullptr,
      "TCP data connections per peer (large messages are striped over them), besides the one control connection "
