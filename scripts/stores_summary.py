@@ -20,8 +20,11 @@ def summarize(lines, far_ns=300):
         op, n, rtt, stores, rest = m.groups()
         state = "far" if int(rtt) >= far_ns else "near"
         for cell in filter(None, rest.split(";")):
-            size, us = cell.split()
-            times[(op, int(n), state, int(size), stores)].append(float(us))
+            size, _, us = cell.partition(" ")
+            try:
+                times[(op, int(n), state, int(size), stores)].append(float(us))
+            except ValueError:  # a row the bench marked failed
+                continue
     out = {}
     for (op, n, state, size, stores), _ in sorted(times.items()):
         a, b = times.get((op, n, state, size, "cached")), times.get((op, n, state, size, "streaming"))

@@ -64,12 +64,17 @@ TEST_P(DirectReuse, OutOfStepRanksNeverReadAnOverwrittenSlot) {
 
 // Every direct op with a small scratch area (so that 1, 2 and 3 chunks all occur: the closing
 // barrier is skipped after an odd number of chunks), back to back, ranks out of step; the
-// writers' copies into the scratch with the stores SHOAL_DIRECT_STORES says (src/algo/cost.h).
-static void every_op_with_odd_and_even_chunk_counts(int n, const char* stores) {
+// writers' copies into the scratch with the stores SHOAL_DIRECT_STORES says (src/algo/cost.h);
+// with `scratch_only`, broadcast, allgather, scatter and gather through the scratch at every size
+// (otherwise the measured costs take single copy for some).
+static void every_op_with_odd_and_even_chunk_counts(int n, const char* stores, bool scratch_only) {
   RunConfig cfg = transport_config("shm");
   // Two data slots of 128 KiB after the header and the small slots.
   cfg.env.push_back({"SHOAL_SHM_SCRATCH", std::to_string((256 << 10) + algo::direct::kHeaderBytes + algo::direct::kSmallArea)});
   cfg.env.push_back({"SHOAL_DIRECT_STORES", stores});
+  if (scratch_only)
+    for (const char* op : {"BROADCAST", "ALLGATHER", "SCATTER", "GATHER"})
+      cfg.env.push_back({std::string("SHOAL_DIRECT_") + op, "scratch"});
   run_ranks(n, cfg, [](Communicator& c) {
     std::mt19937 rng(99 + c.rank());
     const int p = c.size(), me = c.rank();
@@ -78,7 +83,7 @@ static void every_op_with_odd_and_even_chunk_counts(int n, const char* stores) {
     for (int iter = 0; iter < 120; ++iter) {
       const size_t count = counts[(iter / 5) % 4];
       if (rng() % 3 == 0) usleep(rng() % 200);
-      const int kind = iter % 8, root = iter % p;
+      const int kind = iter % 8, root = (iter / 8 + iter) % p;  // every op meets every root
       auto val = [&](int r, size_t i) { return static_cast<float>((r + 1) * (iter % 13 + 1) + static_cast<int>(i % 5)); };
       if (kind == 0) {  // broadcast
         in.assign(count, 0);
@@ -158,8 +163,9 @@ static void every_op_with_odd_and_even_chunk_counts(int n, const char* stores) {
   });
 }
 
-TEST_P(DirectReuse, EveryOpWithOddAndEvenChunkCounts) { every_op_with_odd_and_even_chunk_counts(GetParam(), "cached"); }
-TEST_P(DirectReuse, EveryOpWithStreamingStores) { every_op_with_odd_and_even_chunk_counts(GetParam(), "streaming"); }
+TEST_P(DirectReuse, EveryOpWithOddAndEvenChunkCounts) { every_op_with_odd_and_even_chunk_counts(GetParam(), "cached", false); }
+TEST_P(DirectReuse, EveryOpThroughTheScratch) { every_op_with_odd_and_even_chunk_counts(GetParam(), "cached", true); }
+TEST_P(DirectReuse, EveryOpWithStreamingStores) { every_op_with_odd_and_even_chunk_counts(GetParam(), "streaming", true); }
 
 // A broadcast's or scatter's root, and a gather's leaves, wait for no one: they run ahead of the
 // slowest rank by up to the depth of their ring of slots (direct_common.h: 64 ops with up to

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstddef>
 #include <random>
 #include <thread>
 #include <vector>
@@ -353,7 +354,8 @@ TEST_P(SingleCopyScatter, MatchesTheReference) {
       out.assign(count, -1);
       float* dst = out.data();
       if (me == root && in_place) dst = in.data() + me * count;
-      if (me == root && straddles) dst = in.data() + me * count + (me + 1 < p ? count / 2 : -(count / 2));
+      const auto half = static_cast<std::ptrdiff_t>(count / 2);
+      if (me == root && straddles) dst = in.data() + me * count + (me + 1 < p ? half : -half);
       c.scatter(in.data(), dst, count, DType::f32, root)->wait();
       for (size_t i = 0; i < count; ++i)
         SH_CHECK(dst[i] == val(me * count + i)) << "scatter iter " << iter << " count " << count << " root " << root << " i " << i;

@@ -33,8 +33,8 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
   // the root reading them would make them one after the other), where the measured costs say that
   // beats the scratch (cost.h, Choice::gather).
   if (root >= 0 && g.single_copy() && c.ways().gather_single_copy(b.total(), p)) {
-    uint8_t* own = u8(out) + b.off[r];
-    // The root's own block, out of the writers' way.
+    // The root's own block, out of the writers' way (the others' out may be null).
+    uint8_t* own = r == root ? u8(out) + b.off[r] : nullptr;
     const void* mine = r == root && in != own ? apart_from_out(c, in, b.len[r], out, b.total()) : in;
     begin_single(c, sig, r == root ? out : nullptr);
     if (r != root) g.write(root, in, const_cast<uint8_t*>(peer_buffer(c, root)) + b.off[r], b.len[r]);

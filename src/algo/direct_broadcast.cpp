@@ -71,7 +71,7 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
   // two copies through the root's scratch (cost.h, Choice::scatter).
   // The root's own block, copied while the others read or copy out (its out may be that block,
   // in place, or overlap the others' blocks: then only once they are read).
-  const uint8_t* own = u8(in) + static_cast<size_t>(root) * bs;
+  const uint8_t* own = r == root ? u8(in) + static_cast<size_t>(root) * bs : nullptr;  // the others' in may be null
   const bool copy_own = r == root && out != own;
   const bool own_last = copy_own && overlaps(out, bs, in, bs * static_cast<size_t>(p));
   if (g.single_copy() && c.ways().scatter_single_copy(bs * static_cast<size_t>(p), p)) {

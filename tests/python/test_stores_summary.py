@@ -23,6 +23,8 @@ LINES = [
     "broadcast n=2 rtt=510 cached: 65536 30.0;1048576 300.0;",
     "broadcast n=2 rtt=510 streaming: 65536 5.0;1048576 50.0;",
     "alltoall n=4 rtt=500 cached: 262144 140.0;",  # no streaming run in that state: left out
+    "gather n=2 rtt=120 cached: 65536 4.0;262144 error;",  # a failed row: skipped
+    "gather n=2 rtt=120 streaming: 65536 5.0;262144 6.0;",
     "Model name: anything else is skipped",
 ]
 
@@ -33,7 +35,9 @@ def test_medians_by_state_and_size():
     assert rows[("broadcast", 2, "near", 1048576)] == (32.0, 60.0, 3)
     assert rows[("broadcast", 2, "far", 65536)] == (30.0, 5.0, 1)
     assert ("alltoall", 4, "far", 262144) not in rows
-    assert len(rows) == 4
+    assert rows[("gather", 2, "near", 65536)] == (4.0, 5.0, 1)
+    assert ("gather", 2, "near", 262144) not in rows
+    assert len(rows) == 5
 
 
 def test_the_far_threshold_moves_the_split():
