@@ -340,10 +340,15 @@ def test_thousand_transfers_do_not_grow(peers):
         return rss
 
     # The first 500 let the allocators and Ray's own buffers reach their working size (seen:
-    # up to ~70 MiB, not given back); a leak keeps growing through the second 500.
+    # up to ~70 MiB, not given back); a leak keeps growing through each 500 after. Alone, the
+    # second 500 moved the RSS by -16 to +16 MiB; once, in the whole suite on a busy machine, by
+    # 60: so a leak is growth through both the second and the third 500.
     rss_mid = run_500()
-    rss_end = run_500()
-    assert rss_end - rss_mid < 48 << 20, f"producer grew by {(rss_end - rss_mid) >> 20} MiB over the second 500 transfers"
+    rss_2 = run_500()
+    rss_3 = run_500()
+    grew = min(rss_2 - rss_mid, rss_3 - rss_2)
+    assert grew < 48 << 20, (f"producer grew by {(rss_2 - rss_mid) >> 20} MiB over the second 500 transfers "
+                             f"and {(rss_3 - rss_2) >> 20} MiB over the third")
 
 
 def test_large_receive_buffers_are_reused_only_once_freed(peers):
