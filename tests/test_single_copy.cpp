@@ -42,6 +42,30 @@ RunConfig with_cma(const std::string& transport, const char* cma) {
   return cfg;
 }
 
+// An op's way tests: n ranks over shared memory with SHOAL_CMA=cma and `setting`=way (a
+// SHOAL_DIRECT_* variable), each rank first checking that single copy is on exactly where the
+// kernel permits it and cma is 1, then running `body`.
+using WayParam = std::tuple<int, const char*, const char*>;  // ranks, SHOAL_CMA, way
+template <class Body>
+void run_way(const WayParam& param, const char* setting, Body body) {
+  const auto [n, cma, way] = param;
+  RunConfig cfg = with_cma("shm", cma);
+  cfg.env.push_back({setting, way});
+  const bool may = std::string(cma) == "1" && kernel_permits_cma();
+  run_ranks(n, cfg, [may, body](Communicator& c) {
+    SH_CHECK(c.single_copy() == may) << "single copy " << c.single_copy() << ", expected " << may;
+    body(c);
+  });
+}
+auto way_values() {
+  return ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values("1", "0"),
+                            ::testing::Values("single_copy", "scratch", "auto"));
+}
+std::string way_name(const ::testing::TestParamInfo<WayParam>& info) {
+  return "n" + std::to_string(std::get<0>(info.param)) + (std::get<1>(info.param)[0] == '1' ? "_cma_" : "_copies_") +
+         std::get<2>(info.param);
+}
+
 }  // namespace
 
 TEST(SingleCopy, ProbeAgreesWithTheKernel) {
@@ -237,15 +261,10 @@ INSTANTIATE_TEST_SUITE_P(All, SingleCopyAlltoall,
 // takes the scratch): sizes
 // from just above the small protocol to several MiB, odd ones, every root, ranks out of step;
 // compared against values computed here.
-class SingleCopyBroadcast : public ::testing::TestWithParam<std::tuple<int, const char*, const char*>> {};
+class SingleCopyBroadcast : public ::testing::TestWithParam<WayParam> {};
 
 TEST_P(SingleCopyBroadcast, MatchesTheReference) {
-  const auto [n, cma, way] = GetParam();
-  RunConfig cfg = with_cma("shm", cma);
-  cfg.env.push_back({"SHOAL_DIRECT_BROADCAST", way});
-  const bool may = std::string(cma) == "1" && kernel_permits_cma();
-  run_ranks(n, cfg, [may](Communicator& c) {
-    SH_CHECK(c.single_copy() == may) << "single copy " << c.single_copy() << ", expected " << may;
+  run_way(GetParam(), "SHOAL_DIRECT_BROADCAST", [](Communicator& c) {
     std::mt19937 rng(13 + c.rank());
     const int p = c.size(), me = c.rank();
     const size_t kib = 1024 / sizeof(float);
@@ -266,13 +285,7 @@ TEST_P(SingleCopyBroadcast, MatchesTheReference) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(All, SingleCopyBroadcast,
-                         ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values("1", "0"),
-                                            ::testing::Values("single_copy", "scratch", "auto")),
-                         [](const auto& info) {
-                           return "n" + std::to_string(std::get<0>(info.param)) +
-                                  (std::get<1>(info.param)[0] == '1' ? "_cma_" : "_copies_") + std::get<2>(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(All, SingleCopyBroadcast, way_values(), way_name);
 
 // allgather and allgatherv at 2 ranks above the small protocol, each way forced
 // (SHOAL_DIRECT_ALLGATHER) and chosen by the measured costs, with single copy on and off: equal
@@ -328,15 +341,10 @@ INSTANTIATE_TEST_SUITE_P(All, SingleCopyAllgather,
 // blocks from just above the small protocol to several MiB, odd ones, every root, in place at the
 // root (its output is its own block of the input), the root's output half over its own block and
 // half over a neighbour's, ranks out of step; compared against values computed here.
-class SingleCopyScatter : public ::testing::TestWithParam<std::tuple<int, const char*, const char*>> {};
+class SingleCopyScatter : public ::testing::TestWithParam<WayParam> {};
 
 TEST_P(SingleCopyScatter, MatchesTheReference) {
-  const auto [n, cma, way] = GetParam();
-  RunConfig cfg = with_cma("shm", cma);
-  cfg.env.push_back({"SHOAL_DIRECT_SCATTER", way});
-  const bool may = std::string(cma) == "1" && kernel_permits_cma();
-  run_ranks(n, cfg, [may](Communicator& c) {
-    SH_CHECK(c.single_copy() == may) << "single copy " << c.single_copy() << ", expected " << may;
+  run_way(GetParam(), "SHOAL_DIRECT_SCATTER", [](Communicator& c) {
     std::mt19937 rng(19 + c.rank());
     const int p = c.size(), me = c.rank();
     const size_t kib = 1024 / sizeof(float);
@@ -366,28 +374,17 @@ TEST_P(SingleCopyScatter, MatchesTheReference) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(All, SingleCopyScatter,
-                         ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values("1", "0"),
-                                            ::testing::Values("single_copy", "scratch", "auto")),
-                         [](const auto& info) {
-                           return "n" + std::to_string(std::get<0>(info.param)) +
-                                  (std::get<1>(info.param)[0] == '1' ? "_cma_" : "_copies_") + std::get<2>(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(All, SingleCopyScatter, way_values(), way_name);
 
 // gather above the small protocol, each way forced (SHOAL_DIRECT_GATHER) and chosen by the
 // measured costs, with single copy on and off (off, a forced single copy takes the scratch):
 // blocks from just above the small protocol to several MiB, odd ones, every root, in place at the
 // root (its input is its own block of the output), ranks out of step; compared against values
 // computed here.
-class SingleCopyGather : public ::testing::TestWithParam<std::tuple<int, const char*, const char*>> {};
+class SingleCopyGather : public ::testing::TestWithParam<WayParam> {};
 
 TEST_P(SingleCopyGather, MatchesTheReference) {
-  const auto [n, cma, way] = GetParam();
-  RunConfig cfg = with_cma("shm", cma);
-  cfg.env.push_back({"SHOAL_DIRECT_GATHER", way});
-  const bool may = std::string(cma) == "1" && kernel_permits_cma();
-  run_ranks(n, cfg, [may](Communicator& c) {
-    SH_CHECK(c.single_copy() == may) << "single copy " << c.single_copy() << ", expected " << may;
+  run_way(GetParam(), "SHOAL_DIRECT_GATHER", [](Communicator& c) {
     std::mt19937 rng(23 + c.rank());
     const int p = c.size(), me = c.rank();
     const size_t kib = 1024 / sizeof(float);
@@ -413,10 +410,4 @@ TEST_P(SingleCopyGather, MatchesTheReference) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(All, SingleCopyGather,
-                         ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values("1", "0"),
-                                            ::testing::Values("single_copy", "scratch", "auto")),
-                         [](const auto& info) {
-                           return "n" + std::to_string(std::get<0>(info.param)) +
-                                  (std::get<1>(info.param)[0] == '1' ? "_cma_" : "_copies_") + std::get<2>(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(All, SingleCopyGather, way_values(), way_name);
