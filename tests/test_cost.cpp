@@ -157,35 +157,35 @@ TEST(CostCurves, TheChoiceIsTheCheaperCurve) {
   }
   {
     ScopedEnv forced("SHOAL_DIRECT_BROADCAST", "single_copy");
-    EXPECT_TRUE(Ways::current().broadcast_single_copy(size_t(64) << 20, 64));
+    EXPECT_TRUE(Ways::current().single_copy(Choice::broadcast, size_t(64) << 20, 64));
   }
   {
     ScopedEnv forced("SHOAL_DIRECT_BROADCAST", "scratch");
-    EXPECT_FALSE(Ways::current().broadcast_single_copy(16 * K, 2));
+    EXPECT_FALSE(Ways::current().single_copy(Choice::broadcast, 16 * K, 2));
   }
   {
     ScopedEnv forced("SHOAL_DIRECT_ALLGATHER", "single_copy");
-    EXPECT_TRUE(Ways::current().allgather_single_copy(size_t(64) << 20, 2));
+    EXPECT_TRUE(Ways::current().single_copy(Choice::allgather, size_t(64) << 20, 2));
   }
   {
     ScopedEnv forced("SHOAL_DIRECT_ALLGATHER", "scratch");
-    EXPECT_FALSE(Ways::current().allgather_single_copy(256 * K, 2));
+    EXPECT_FALSE(Ways::current().single_copy(Choice::allgather, 256 * K, 2));
   }
   {
     ScopedEnv forced("SHOAL_DIRECT_SCATTER", "single_copy");
-    EXPECT_TRUE(Ways::current().scatter_single_copy(16 * K, 4));
+    EXPECT_TRUE(Ways::current().single_copy(Choice::scatter, 16 * K, 4));
   }
   {
     ScopedEnv forced("SHOAL_DIRECT_SCATTER", "scratch");
-    EXPECT_FALSE(Ways::current().scatter_single_copy(256 * K, 2));
+    EXPECT_FALSE(Ways::current().single_copy(Choice::scatter, 256 * K, 2));
   }
   {
     ScopedEnv forced("SHOAL_DIRECT_GATHER", "single_copy");
-    EXPECT_TRUE(Ways::current().gather_single_copy(16 * K, 4));
+    EXPECT_TRUE(Ways::current().single_copy(Choice::gather, 16 * K, 4));
   }
   {
     ScopedEnv forced("SHOAL_DIRECT_GATHER", "scratch");
-    EXPECT_FALSE(Ways::current().gather_single_copy(size_t(64) << 20, 2));
+    EXPECT_FALSE(Ways::current().single_copy(Choice::gather, size_t(64) << 20, 2));
   }
 }
 
@@ -255,10 +255,10 @@ TEST(CostCurves, TheFileSHOAL_TUNINGNamesDecides) {
   {
     ScopedEnv file("SHOAL_TUNING", path.c_str());
     EXPECT_EQ(tuning()->points.size(), 8u);
-    EXPECT_FALSE(Ways::current().scatter_single_copy(16 * K, 2));
-    EXPECT_TRUE(Ways::current().gather_single_copy(16 * K, 2));
-    EXPECT_FALSE(Ways::current().broadcast_single_copy(16 * K, 2));
-    EXPECT_TRUE(Ways::current().allgather_single_copy(16 * K, 2));
+    EXPECT_FALSE(Ways::current().single_copy(Choice::scatter, 16 * K, 2));
+    EXPECT_TRUE(Ways::current().single_copy(Choice::gather, 16 * K, 2));
+    EXPECT_FALSE(Ways::current().single_copy(Choice::broadcast, 16 * K, 2));
+    EXPECT_TRUE(Ways::current().single_copy(Choice::allgather, 16 * K, 2));
     EXPECT_TRUE(Ways::current().alltoall_pairwise(Choice::alltoallv, 16 * K, 2));
     EXPECT_FALSE(Ways::current().alltoall_pairwise(Choice::alltoall, size_t(64) << 20, 16));
     EXPECT_FALSE(Ways::current().reduce_one_shot(Choice::reduce, 16 * K, 2));

@@ -147,16 +147,10 @@ class Ways {
   // rank sends, or what this rank sends, where it guesses before the tables) at p ranks on one
   // host takes the pairwise exchange over the rings rather than the scratch slots.
   bool alltoall_pairwise(Choice op, size_t n, int p) const { return cheaper(op, n, p) == 1; }
-  // Whether a broadcast of n bytes at p ranks on one host takes single copy rather than the
-  // root's scratch. The caller checks that the group may copy between processes (and takes
-  // single copy at 2 ranks only).
-  bool broadcast_single_copy(size_t n, int p) const { return cheaper(Choice::broadcast, n, p) == 1; }
-  // The same for an allgather(v) whose output is n bytes.
-  bool allgather_single_copy(size_t n, int p) const { return cheaper(Choice::allgather, n, p) == 1; }
-  // The same for a scatter whose root's input is n bytes.
-  bool scatter_single_copy(size_t n, int p) const { return cheaper(Choice::scatter, n, p) == 1; }
-  // The same for a gather(v) whose root's output is n bytes.
-  bool gather_single_copy(size_t n, int p) const { return cheaper(Choice::gather, n, p) == 1; }
+  // Whether a broadcast, allgather(v), scatter or gather (`op`) of n bytes (as CostPoint counts
+  // them) at p ranks on one host takes single copy rather than the scratch. The caller checks that
+  // the group may copy between processes (broadcast and allgather take single copy at 2 ranks only).
+  bool single_copy(Choice op, size_t n, int p) const { return cheaper(op, n, p) == 1; }
 
   // Whether this rank's copies into its scratch for others (the scratch way of broadcast,
   // allgather, scatter, gather and alltoall(v)) take non-temporal stores: SHOAL_DIRECT_STORES.

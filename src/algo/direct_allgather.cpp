@@ -32,7 +32,7 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
   // gather: each rank writes its block into the root's out (the p-1 copies run in parallel, where
   // the root reading them would make them one after the other), where the measured costs say that
   // beats the scratch (cost.h, Choice::gather).
-  if (root >= 0 && g.single_copy() && c.ways().gather_single_copy(b.total(), p)) {
+  if (root >= 0 && g.single_copy() && c.ways().single_copy(Choice::gather, b.total(), p)) {
     // The root's own block, out of the writers' way (the others' out may be null).
     uint8_t* own = r == root ? u8(out) + b.off[r] : nullptr;
     const void* mine = r == root && in != own ? apart_from_out(c, in, b.len[r], out, b.total()) : in;
@@ -43,7 +43,7 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
   }
   // allgather at 2 ranks: each reads the other's input, where the measured costs say that beats
   // the scratch (cost.h, Choice::allgather; measured at 2 ranks only).
-  if (root < 0 && p == 2 && g.single_copy() && c.ways().allgather_single_copy(b.total(), p)) {
+  if (root < 0 && p == 2 && g.single_copy() && c.ways().single_copy(Choice::allgather, b.total(), p)) {
     uint8_t* own = u8(out) + b.off[r];
     // The peer reads this rank's input while this rank writes its output: an input that overlaps
     // the output other than as its own block is read from a copy.

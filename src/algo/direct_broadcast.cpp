@@ -36,7 +36,7 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
   // copies through the root's scratch (cost.h, Choice::broadcast). With more ranks the readers
   // share the root's pages and the cores: slower than the scratch in the median at every size
   // from 128 KiB (BENCHMARKS.md, "Broadcast, allgather, scatter and gather by single copy").
-  if (p == 2 && g.single_copy() && c.ways().broadcast_single_copy(n, p)) {
+  if (p == 2 && g.single_copy() && c.ways().single_copy(Choice::broadcast, n, p)) {
     begin_single(c, s.value(), buf);
     if (r != root) g.read(root, peer_buffer(c, root), buf, n);
     end_single(c);
@@ -74,7 +74,7 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
   const uint8_t* own = r == root ? u8(in) + static_cast<size_t>(root) * bs : nullptr;  // the others' in may be null
   const bool copy_own = r == root && out != own;
   const bool own_last = copy_own && overlaps(out, bs, in, bs * static_cast<size_t>(p));
-  if (g.single_copy() && c.ways().scatter_single_copy(bs * static_cast<size_t>(p), p)) {
+  if (g.single_copy() && c.ways().single_copy(Choice::scatter, bs * static_cast<size_t>(p), p)) {
     begin_single(c, s.value(), in);
     if (r != root) g.read(root, peer_buffer(c, root) + static_cast<size_t>(r) * bs, out, bs);
     if (copy_own && !own_last) copy_bytes(out, own, bs);
