@@ -44,6 +44,14 @@ constexpr Forcing kForcings[] = {
     {"SHOAL_DIRECT_SCATTER", "scratch"},
     {"SHOAL_DIRECT_GATHER", "scratch"}};
 static_assert(std::size(kForcings) == kForcedWays);
+// The ops a tuning file may name, for its errors: "'allreduce', ... or 'gather'".
+std::string choice_list() {
+  std::string s;
+  for (size_t i = 0; i < std::size(kChoiceNames); ++i)
+    s += (i == 0 ? "'" : i + 1 == std::size(kChoiceNames) ? " or '" : ", '") + std::string(kChoiceNames[i]) + "'";
+  return s;
+}
+
 int forcing_of(Choice op) {
   switch (op) {
     case Choice::allreduce:
@@ -162,6 +170,12 @@ Curves curves_for(const std::vector<CostPoint>& points, Choice op, int p) {
 }  // namespace
 
 const char* choice_name(Choice c) { return kChoiceNames[static_cast<int>(c)]; }
+
+std::string agreed_settings() {
+  std::string s = "SHOAL_TUNING";
+  for (const Forcing& f : kForcings) s += std::string(", ") + f.setting;
+  return s;
+}
 const char* switch_name(Switch s) { return kSwitchNames[static_cast<size_t>(s)]; }
 
 std::shared_ptr<const Tuning> tuning() {
@@ -298,7 +312,7 @@ Tuning parse_tuning(const std::string& text, const std::string& where) {
     CostPoint q;
     w >> op;
     const auto* named = std::find_if(std::begin(kChoices), std::end(kChoices), [&](Choice k) { return op == choice_name(k); });
-    if (named == std::end(kChoices)) bad("expected the op 'allreduce', 'reduce', 'alltoall', 'alltoallv', 'broadcast', 'allgather', 'scatter' or 'gather' after 'direct'");
+    if (named == std::end(kChoices)) bad("expected the op " + choice_list() + " after 'direct'");
     q.op = *named;
     if (!(w >> q.ranks >> q.bytes >> q.us[0] >> q.us[1])) bad("expected: direct OP RANKS BYTES WAY0_US WAY1_US");
     q.us2[0] = q.us[0], q.us2[1] = q.us[1];

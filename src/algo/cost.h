@@ -177,6 +177,9 @@ class Ways {
   bool streaming_ = false;  // SHOAL_DIRECT_STORES
 };
 
+// The settings a host's ranks must agree on, as an error names them: "SHOAL_TUNING, SHOAL_DIRECT_REDUCE, ...".
+std::string agreed_settings();
+
 // Parses a tuning file: '#' comments, one line per measured point,
 //   direct <allreduce|reduce|alltoall|alltoallv|broadcast|allgather|scatter|gather> <ranks> <bytes> <way 0 µs> <way 1 µs> [<way 0 µs> <way 1 µs>]
 // the second pair from another round (above), and one per switch it sets,

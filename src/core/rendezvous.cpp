@@ -250,8 +250,8 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
     if (tunings[r] == tunings[first]) continue;
     hold_store_until_read(store, "hostid", rank, size, deadline);
     throw InvalidArgument("ranks " + std::to_string(first) + " and " + std::to_string(r) +
-                          ", on one host, read different measured costs or settings (SHOAL_TUNING, SHOAL_DIRECT_REDUCE, "
-                          "SHOAL_DIRECT_ALLTOALL, SHOAL_DIRECT_BROADCAST, SHOAL_DIRECT_ALLGATHER, SHOAL_DIRECT_SCATTER, SHOAL_DIRECT_GATHER): set them the same for every rank of a host");
+                          ", on one host, read different measured costs or settings (" + algo::agreed_settings() +
+                          "): set them the same for every rank of a host");
   }
   const bool one_host = std::all_of(host_ids.begin(), host_ids.end(), [&](auto& h) { return h == host_ids[0]; });
   topo.hosts = HostMap::from_ids(host_ids);
