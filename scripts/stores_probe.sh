@@ -7,7 +7,8 @@
 #   scripts/stores_probe.sh [BENCH] [SECONDS]     e.g. scripts/stores_probe.sh build/shoal-bench 420
 #
 # One line per run: "OP n=RANKS rtt=NS STORES: BYTES US;BYTES US;..." (µs: shoal-bench's time).
-# STORES_OPS (default below) lists "OP:RANKS:MIN:MAX" entries. Runs until SECONDS have passed
+# STORES_OPS (default below) lists "OP:RANKS:MIN:MAX" entries; STORES_KINDS the settings run back to
+# back (default "cached streaming"; e.g. "cached auto streaming"). Runs until SECONDS have passed
 # (default: one pass).
 set -euo pipefail
 bench=${1:-build/shoal-bench}
@@ -21,7 +22,7 @@ while :; do
     IFS=: read -r op n lo hi <<<"$entry"
     rtt=$("$bench" barrier -n 2 -b 0 -e 0 --floors 2>&1 | sed -n 's/.*round trip between two cores = \([0-9]*\).*/\1/p')
     [ -n "$rtt" ] || { echo "no round trip measured: the lines get rtt=0 (near)" >&2; rtt=0; }
-    for stores in cached streaming; do
+    for stores in ${STORES_KINDS:-cached streaming}; do
       printf '%s n=%s rtt=%s %s: ' "$op" "$n" "$rtt" "$stores"
       SHOAL_DIRECT_STORES=$stores "$bench" "$op" -n "$n" -b "$lo" -e "$hi" -f 4 | awk '!/^#/ {printf "%s %s;", $1, $5}'
       echo

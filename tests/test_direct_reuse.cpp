@@ -163,7 +163,7 @@ static void every_op_with_odd_and_even_chunk_counts(int n, const char* stores, b
   });
 }
 
-TEST_P(DirectReuse, EveryOpWithOddAndEvenChunkCounts) { every_op_with_odd_and_even_chunk_counts(GetParam(), "cached", false); }
+TEST_P(DirectReuse, EveryOpWithOddAndEvenChunkCounts) { every_op_with_odd_and_even_chunk_counts(GetParam(), "auto", false); }
 TEST_P(DirectReuse, EveryOpThroughTheScratch) { every_op_with_odd_and_even_chunk_counts(GetParam(), "cached", true); }
 TEST_P(DirectReuse, EveryOpWithStreamingStores) { every_op_with_odd_and_even_chunk_counts(GetParam(), "streaming", true); }
 

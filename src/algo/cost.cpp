@@ -219,7 +219,10 @@ Ways Ways::current() {
     const auto forced = params::choice(kForcings[i].setting);
     if (forced && *forced != "auto") w.forced_[i] = *forced == kForcings[i].way0 ? 0 : 1;
   }
-  w.streaming_ = params::choice("SHOAL_DIRECT_STORES").value_or("cached") == "streaming";
+  const std::string stores = params::choice("SHOAL_DIRECT_STORES").value_or("auto");
+  w.stores_ = StoresChoice(stores == "cached"      ? StoresChoice::Mode::cached
+                           : stores == "streaming" ? StoresChoice::Mode::streaming
+                                                   : StoresChoice::Mode::automatic);
   return w;
 }
 

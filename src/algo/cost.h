@@ -45,6 +45,8 @@
 
 #include <cstdint>
 
+#include "algo/stores.h"
+
 namespace shoal::algo {
 
 // The ops whose way on one host the measured costs choose; a tuning file names them so.
@@ -152,13 +154,10 @@ class Ways {
   // the group may copy between processes (broadcast and allgather take single copy at 2 ranks only).
   bool single_copy(Choice op, size_t n, int p) const { return cheaper(op, n, p) == 1; }
 
-  // Whether this rank's copies into its scratch for others (the scratch way of broadcast,
-  // allgather, scatter, gather and alltoall(v)) take non-temporal stores: SHOAL_DIRECT_STORES.
-  // A line another core holds modified in its own cache is several times slower to read where
-  // the two cores sit on different core complexes of an AMD EPYC than one in memory; where they
-  // share a cache the cached copy is read faster (BENCHMARKS.md, "Non-temporal copy-in"). Each
-  // writer may choose alone: its readers see the same bytes either way.
-  bool streaming_copy_in() const { return streaming_; }
+  // How this rank's copies into its scratch slots for others store, as SHOAL_DIRECT_STORES says
+  // (stores.h). It learns from the copies as they run, so it changes while the group's choices
+  // above stay fixed; each writer may choose alone: its readers see the same bytes either way.
+  StoresChoice& stores() const { return stores_; }
 
   // Where the automatic choice over the network changes (Switch) in a group of p ranks.
   size_t switch_at(Switch s, int p) const { return tuning_->at(s, p); }
@@ -174,7 +173,7 @@ class Ways {
  private:
   std::shared_ptr<const Tuning> tuning_;
   int forced_[kForcedWays] = {-1, -1, -1, -1, -1, -1};  // by the setting (cost.cpp, kForcings): the way, or -1
-  bool streaming_ = false;  // SHOAL_DIRECT_STORES
+  mutable StoresChoice stores_;  // SHOAL_DIRECT_STORES
 };
 
 // The settings a host's ranks must agree on, as an error names them: "SHOAL_TUNING, SHOAL_DIRECT_REDUCE, ...".

@@ -6,7 +6,8 @@
 // owners' scratch. Over shm rings the ring allgather copies every block twice per hop and needs
 // p-1 rounds of doorbells; chosen whenever every rank shares this host.
 //
-// Gather: the same with only the root copying out: (N + 1)·α + (p-1)/p·n·β at the root. By single
+// Gather: the same with only the root copying out, its own block straight into its output and not
+// through its scratch: (N + 1)·α + (p-1)/p·n·β at the root. By single
 // copy, where the group may and the measured costs say so (cost.h): 2·α + n/p·β' (β' = a
 // process_vm_writev per byte), every rank writing its block into the root's output at once.
 //
@@ -59,11 +60,10 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
   const size_t cb = chunk_target(g, p) / c.esize * c.esize;
   const size_t nchunks = std::max<size_t>(1, (b.max_len() + cb - 1) / cb);
   auto copy_out = b.total() >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
-  auto copy_in = c.ways().streaming_copy_in() ? copy_streaming : copy_bytes;
   auto piece = [&](int j, size_t m) { return std::min(cb, b.len[j] - std::min(b.len[j], m * cb)); };
   if (writes_out) copy_bytes(u8(out) + b.off[r], in, b.len[r]);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
-    if (ph < nchunks) copy_in(slot(g, r, slot_of(c, ph)), u8(in) + ph * cb, piece(r, ph));
+    if (ph < nchunks && r != root) copy_in(c, slot(g, r, slot_of(c, ph)), u8(in) + ph * cb, piece(r, ph));
     if (ph >= 1 && writes_out) {
       const size_t m = ph - 1;
       for (int j = 0; j < p; ++j)

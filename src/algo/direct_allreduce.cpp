@@ -54,7 +54,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   RankPtrs srcs(p);
 
   if (one_shot) {
-    copy_bytes(slot(g, r, slot_of(c, 0)), in, n);
+    copy_in(c, slot(g, r, slot_of(c, 0)), in, n);
     g.barrier();
     check(c);
     if (writes_out && count) {
@@ -94,8 +94,8 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
       const size_t a = std::min(l, static_cast<size_t>(r) * se), e = std::min(l, (static_cast<size_t>(r) + 1) * se);
       uint8_t* sl = slot(g, r, slot_of(c, m));
       const uint8_t* base = src + m * ce * es;
-      copy_bytes(sl, base, a * es);
-      copy_bytes(sl + e * es, base + e * es, (l - e) * es);
+      copy_in(c, sl, base, a * es);
+      copy_in(c, sl + e * es, base + e * es, (l - e) * es);
     }
     if (ph >= 1 && ph <= nchunks) {  // reduce slice r of chunk ph-1
       const size_t m = ph - 1, len = slice_len(m, r), off = static_cast<size_t>(r) * se;

@@ -80,13 +80,12 @@ void direct::alltoall_pipeline(Ctx& c, const uint8_t* src, const Blocks& sb, voi
   const size_t nchunks = std::max<size_t>(1, (largest + piece_bytes - 1) / piece_bytes);
   auto piece = [&](size_t len, size_t m) { return std::min(piece_bytes, len - std::min(len, m * piece_bytes)); };
   auto copy_out = std::max(sb.total(), rb.total()) >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
-  auto copy_in = c.ways().streaming_copy_in() ? copy_streaming : copy_bytes;
   copy_bytes(u8(out) + rb.off[r], src + sb.off[r], sb.len[r]);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (ph < nchunks) {
       uint8_t* mine = slot(g, r, slot_of(c, ph));
       for (int j = 0; j < p; ++j)
-        if (j != r) copy_in(mine + j * piece_bytes, src + sb.off[j] + ph * piece_bytes, piece(sb.len[j], ph));
+        if (j != r) copy_in(c, mine + j * piece_bytes, src + sb.off[j] + ph * piece_bytes, piece(sb.len[j], ph));
     }
     if (ph >= 1) {
       const size_t m = ph - 1;

@@ -47,9 +47,8 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
   const size_t nchunks = std::max<size_t>(1, (n + cb - 1) / cb);
   auto clen = [&](size_t m) { return std::min(cb, n - std::min(n, m * cb)); };
   auto copy_out = n >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
-  auto copy_in = c.ways().streaming_copy_in() ? copy_streaming : copy_bytes;
   for (size_t ph = 0; ph <= nchunks; ++ph) {
-    if (r == root && ph < nchunks) copy_in(slot(g, root, slot_of(c, ph)), u8(buf) + ph * cb, clen(ph));
+    if (r == root && ph < nchunks) copy_in(c, slot(g, root, slot_of(c, ph)), u8(buf) + ph * cb, clen(ph));
     if (r != root && ph >= 1) {
       const size_t m = ph - 1;
       copy_out(u8(buf) + m * cb, slot(g, root, slot_of(c, m)), clen(m));
@@ -87,12 +86,11 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
   const size_t pb = std::max(es, std::min(slot_bytes(g) / p, chunk_target(g, p)) / 64 * 64 / es * es);
   const size_t nchunks = std::max<size_t>(1, (bs + pb - 1) / pb);
   auto clen = [&](size_t m) { return std::min(pb, bs - std::min(bs, m * pb)); };
-  auto copy_in = c.ways().streaming_copy_in() ? copy_streaming : copy_bytes;
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (r == root && ph < nchunks) {
       uint8_t* sl = slot(g, root, slot_of(c, ph));
       for (int j = 0; j < p; ++j)
-        if (j != root) copy_in(sl + static_cast<size_t>(j) * pb, u8(in) + static_cast<size_t>(j) * bs + ph * pb, clen(ph));
+        if (j != root) copy_in(c, sl + static_cast<size_t>(j) * pb, u8(in) + static_cast<size_t>(j) * bs + ph * pb, clen(ph));
     }
     if (r != root && ph >= 1) {
       const size_t m = ph - 1;

@@ -32,6 +32,8 @@
 #include <cstdint>
 
 #include "algo/common.h"
+#include "algo/cost.h"
+#include "algo/stores.h"
 #include "base/hash.h"
 #include "transport/shm_group.h"
 
@@ -103,6 +105,12 @@ void end(Ctx& c, size_t nchunks);
 // Bytes of one of the two data slots of each rank's scratch (a multiple of 64).
 size_t slot_bytes(ShmGroup& g);
 inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderBytes + kSmallArea + s * slot_bytes(g); }
+// dst = src into this rank's scratch for the others to read, with the stores algo/stores.h
+// chooses.
+inline void copy_in(Ctx& c, void* dst, const void* src, size_t n) {
+  ShmGroup& g = *c.shm();
+  algo::copy_in(c.ways().stores(), g.scratch(c.rank), g.scratch_bytes(), dst, src, n);
+}
 
 // ---- Single copy: between the ranks' own buffers (ShmGroup::read, write) ----------------------
 //

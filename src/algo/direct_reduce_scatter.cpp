@@ -44,8 +44,8 @@ void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count) {
       uint8_t* sl = slot(g, r, slot_of(c, m));
       for (int j = 0; j < p; ++j)
         if (j != r)
-          copy_bytes(sl + static_cast<size_t>(j) * pe * es, u8(in) + (static_cast<size_t>(j) * count + m * pe) * es,
-                     len * es);
+          copy_in(c, sl + static_cast<size_t>(j) * pe * es, u8(in) + (static_cast<size_t>(j) * count + m * pe) * es,
+                  len * es);
     }
     if (ph >= 1) {
       const size_t m = ph - 1, len = clen(m);

@@ -78,12 +78,13 @@ const std::vector<Param> kParams = {
      "block into the root's output straight, where the group may: `SHOAL_CMA`) or `auto` (the cheaper by the "
      "measured costs, `SHOAL_TUNING`)",
      "`auto`"},
-    {"SHOAL_DIRECT_STORES", Kind::choice, 0, 0, "cached,streaming",
-     "for tuning and tests: how a rank writes data for others into its shared scratch area (broadcast, allgather, "
-     "scatter, gather and alltoall through the scratch): `cached` (ordinary stores), `streaming` (non-temporal stores, to memory: "
-     "faster where ranks sit on different core complexes of an AMD EPYC, slower where cores share a cache; "
-     "`BENCHMARKS.md`, \"Non-temporal copy-in\")",
-     "`cached`"},
+    {"SHOAL_DIRECT_STORES", Kind::choice, 0, 0, "auto,cached,streaming",
+     "how a rank writes data for others into its shared scratch area (every op on one host above 8 KiB that goes "
+     "through the scratch): `cached` (ordinary stores), `streaming` (non-temporal stores, to memory: "
+     "faster where ranks sit on different core complexes of an AMD EPYC, slower where cores share a cache) or "
+     "`auto` (ordinary stores, timed, until they cost more than 300 ns per KiB: then non-temporal ones, with "
+     "ordinary ones tried again every second; `BENCHMARKS.md`, \"Choosing the stores as the op runs\")",
+     "`auto`"},
     {"SHOAL_TIMEOUT", Kind::seconds, 0.001, 1e9, nullptr, "deadline of every op, seconds", "300"},
     {"SHOAL_TCP_STREAMS", Kind::integer, 1, 64, nullptr,
      "TCP data connections per peer (large messages are striped over them), besides the one control connection "

@@ -52,3 +52,14 @@ def test_table(tmp_path):
     out = subprocess.run([sys.executable, SCRIPT, str(f)], check=True, capture_output=True, text=True).stdout
     assert "| broadcast | 2 | near | 1024 KiB | 32.0 | 60.0 | 1.88 | 3 |" in out
     assert "| broadcast | 2 | far | 64 KiB | 30.0 | 5.0 | 0.17 | 1 |" in out
+
+
+def test_auto_against_cached():
+    lines = LINES + [
+        "broadcast n=2 rtt=120 auto: 65536 8.5;1048576 31.0;",
+        "broadcast n=2 rtt=510 auto: 65536 6.0;1048576 55.0;",
+    ]
+    rows = stores_summary.summarize(lines, other="auto")
+    assert rows[("broadcast", 2, "near", 65536)] == (9.0, 8.5, 1)
+    assert rows[("broadcast", 2, "far", 1048576)] == (300.0, 55.0, 1)
+    assert len(rows) == 4  # no auto line for gather

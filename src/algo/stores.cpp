@@ -1,0 +1,40 @@
+#include "algo/stores.h"
+
+#include <chrono>
+
+#include "algo/common.h"
+#include "base/log.h"
+#include "reduce/copy.h"
+
+namespace shoal::algo {
+namespace {
+
+inline uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+}  // namespace
+
+void copy_in(StoresChoice& s, const uint8_t* area, size_t area_bytes, void* dst, const void* src, size_t n) {
+  if (n < StoresChoice::kTimedBytes) {
+    (s.streaming() ? copy_streaming : copy_bytes)(dst, src, n);
+  } else if (s.streaming()) {
+    copy_streaming(dst, src, n);
+    if (s.mode() == StoresChoice::Mode::automatic && s.streamed(now_ns()))
+      SHOAL_LOG(debug, "copies into the scratch try ordinary stores again");
+  } else if (s.learning() && !s.first_touch(area, area_bytes, static_cast<const uint8_t*>(dst), n)) {
+    const uint64_t t0 = now_ns();
+    copy_bytes(dst, src, n);
+    const uint64_t t1 = now_ns();
+    SHOAL_LOG(trace, "copy into the scratch by ordinary stores: %zu bytes, %llu ns per KiB", n,
+              static_cast<unsigned long long>((t1 - t0) * 1024 / n));
+    if (s.timed(n, t1 - t0, t1))
+      SHOAL_LOG(debug, "copies into the scratch now take non-temporal stores (ordinary ones: %llu ns per KiB)",
+                static_cast<unsigned long long>((t1 - t0) * 1024 / n));
+  } else {
+    copy_bytes(dst, src, n);
+  }
+}
+
+}  // namespace shoal::algo

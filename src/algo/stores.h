@@ -1,0 +1,117 @@
+// How a rank writes the data it copies into its shared scratch slots for others to read (every
+// direct op above the small protocol, where it goes through the scratch): ordinary stores, or
+// non-temporal ones that go to memory.
+//
+// An ordinary store to a line that a reader's core still holds from the last op first takes the
+// line from that core. Where the two cores share a cache that costs ~110-150 ns per KiB; where
+// they sit on different core complexes (an AMD EPYC; on our VMs the host moves the two vCPUs
+// between such placements for minutes at a time) ~450-600 ns, and the op runs 2-6x slower than
+// with non-temporal stores, which take no line from anyone. Where cores share a cache,
+// non-temporal stores make the readers fetch from memory instead, slower from 1 MiB
+// (BENCHMARKS.md, "Non-temporal copy-in", and "Choosing the stores as the op runs").
+//
+// So in `automatic` a rank times its ordinary copies in: once kWindow copies in a row cost more
+// than kFarNsPerKiB it takes non-temporal stores. A copy into pages of the scratch written for the
+// first time is not timed: it pays for mapping them (~1.5 µs a page on our VMs). What a
+// non-temporal copy costs says nothing of the cores, nor does an ordinary one into lines the
+// readers no longer hold (cheap in either state, the readers then fetching the data from the far
+// cache), so after kRetryNs and kRetryCopies non-temporal copies it tries ordinary stores again.
+// Each writer chooses alone: its readers see the same bytes either way.
+#pragma once
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace shoal::algo {
+
+// The choice, apart from copying and clocks, so that tests can drive it with chosen times.
+class StoresChoice {
+ public:
+  enum class Mode : uint8_t { automatic, cached, streaming };
+  static constexpr size_t kTimedBytes = size_t(16) << 10;  // shorter copies are not timed or counted
+  static constexpr uint32_t kFarNsPerKiB = 300;
+  static constexpr int kWindow = 4;
+  static constexpr uint32_t kRetryCopies = 64;
+  static constexpr uint64_t kRetryNs = 1000000000;
+
+  explicit StoresChoice(Mode m = Mode::cached) : mode_(m) {}
+  StoresChoice(const StoresChoice& o) : mode_(o.mode_) {}  // a copy starts learning afresh
+  StoresChoice& operator=(const StoresChoice& o) {
+    mode_ = o.mode_;
+    area_ = nullptr;
+    streaming_.store(mode_ == Mode::streaming, std::memory_order_relaxed);
+    count_.store(0, std::memory_order_relaxed);
+    return *this;
+  }
+
+  Mode mode() const { return mode_; }
+  // Whether copies in take non-temporal stores now.
+  bool streaming() const { return streaming_.load(std::memory_order_relaxed); }
+  // Whether ordinary copies in are timed (then pass each to timed()).
+  bool learning() const { return mode_ == Mode::automatic && !streaming(); }
+
+  // What an ordinary copy of `bytes` (at least kTimedBytes) into the scratch took, at time `now`
+  // (ns, steady clock). True where that turned non-temporal stores on.
+  bool timed(size_t bytes, uint64_t ns, uint64_t now) {
+    if (!learning()) return false;
+    if (ns * 1024 <= uint64_t(kFarNsPerKiB) * bytes) {
+      count_.store(0, std::memory_order_relaxed);
+      return false;
+    }
+    const uint32_t k = count_.load(std::memory_order_relaxed) + 1;
+    count_.store(k < kWindow ? k : 0, std::memory_order_relaxed);
+    if (k < kWindow) return false;
+    since_.store(now, std::memory_order_relaxed);
+    streaming_.store(true, std::memory_order_relaxed);
+    return true;
+  }
+  // Whether [dst, dst + n) holds pages of this rank's scratch [area, area + area_bytes) that no
+  // timed copy has written yet; marks them written. A copy outside the area is never fresh.
+  bool first_touch(const uint8_t* area, size_t area_bytes, const uint8_t* dst, size_t n) {
+    if (area != area_) {  // the first copy in, or another area: start over
+      area_ = area;
+      written_.assign((area_bytes / kPage + 64) / 64, 0);
+    }
+    if (dst < area || n == 0 || n > area_bytes || size_t(dst - area) > area_bytes - n) return false;
+    bool fresh = false;
+    for (size_t pg = size_t(dst - area) / kPage, last = (size_t(dst - area) + n - 1) / kPage; pg <= last; ++pg) {
+      const uint64_t bit = uint64_t(1) << (pg % 64);
+      fresh |= !(written_[pg / 64] & bit);
+      written_[pg / 64] |= bit;
+    }
+    return fresh;
+  }
+
+  // A non-temporal copy in of at least kTimedBytes, at time `now`. True where that turned them off:
+  // the next copies are ordinary again, and timed.
+  bool streamed(uint64_t now) {
+    if (mode_ != Mode::automatic || !streaming()) return false;
+    const uint32_t k = count_.load(std::memory_order_relaxed) + 1;
+    if (k < kRetryCopies || now - since_.load(std::memory_order_relaxed) < kRetryNs) {
+      count_.store(std::min(k, kRetryCopies), std::memory_order_relaxed);
+      return false;
+    }
+    count_.store(0, std::memory_order_relaxed);
+    streaming_.store(false, std::memory_order_relaxed);
+    return true;
+  }
+
+ private:
+  Mode mode_;
+  // Relaxed atomics: one communicator's ops run one at a time, but not always on one thread (the
+  // page map below relies on the one at a time).
+  std::atomic<bool> streaming_{mode_ == Mode::streaming};
+  std::atomic<uint32_t> count_{0};  // ordinary: slow copies in a row; non-temporal: copies since turned on
+  std::atomic<uint64_t> since_{0};  // when non-temporal stores were turned on
+  static constexpr size_t kPage = 4096;
+  const uint8_t* area_ = nullptr;   // the scratch of the first timed copy
+  std::vector<uint64_t> written_;   // its pages a timed copy has written, a bit each
+};
+
+// dst = src (n bytes, no overlap), into this rank's scratch for others ([area, area +
+// area_bytes)), with the stores `s` chooses, timing the ordinary ones it learns from.
+void copy_in(StoresChoice& s, const uint8_t* area, size_t area_bytes, void* dst, const void* src, size_t n);
+
+}  // namespace shoal::algo

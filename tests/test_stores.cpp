@@ -1,0 +1,144 @@
+// How a rank's copies into its scratch store (src/algo/stores.h): the choice driven with chosen
+// times, in one process, and the copy, whose bytes must be right whichever stores it takes.
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "algo/cost.h"
+#include "algo/stores.h"
+#include "harness.h"
+
+namespace {
+
+using namespace shoal::algo;
+using shoal_test::ScopedEnv;
+using Mode = StoresChoice::Mode;
+
+constexpr size_t kBytes = 64 << 10;
+// Times of an ordinary copy of kBytes either side of the threshold.
+constexpr uint64_t kSlowNs = (StoresChoice::kFarNsPerKiB + 1) * 64;
+constexpr uint64_t kCheapNs = (StoresChoice::kFarNsPerKiB - 1) * 64;
+
+constexpr uint64_t kSecond = 1000000000;
+
+// Turns non-temporal stores on at time t0 with a window of slow copies; true where they came on.
+bool stream_from(StoresChoice& s, uint64_t t0) {
+  bool on = false;
+  for (int i = 0; i < StoresChoice::kWindow; ++i) on = s.timed(kBytes, kSlowNs, t0);
+  return on && s.streaming();
+}
+
+TEST(StoresChoice, StreamsAfterAWindowOfSlowCopiesInARow) {
+  StoresChoice s(Mode::automatic);
+  EXPECT_FALSE(s.streaming());
+  EXPECT_TRUE(s.learning());
+  for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(s.timed(kBytes, kSlowNs, 1)) << i;
+  // A cheap copy breaks the run.
+  EXPECT_FALSE(s.timed(kBytes, kCheapNs, 1));
+  for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(s.timed(kBytes, kSlowNs, 1));
+  EXPECT_FALSE(s.streaming());
+  EXPECT_TRUE(s.timed(kBytes, kSlowNs, 1));
+  EXPECT_TRUE(s.streaming());
+  EXPECT_FALSE(s.learning());
+  // The threshold is per byte: the same time over four times the bytes is cheap.
+  StoresChoice t(Mode::automatic);
+  for (int i = 0; i < 2 * StoresChoice::kWindow; ++i) EXPECT_FALSE(t.timed(4 * kBytes, kSlowNs, 1));
+  EXPECT_FALSE(t.streaming());
+}
+
+TEST(StoresChoice, TriesOrdinaryStoresAgainAfterASecondAndEnoughCopies) {
+  const uint64_t t0 = 5 * kSecond;
+  StoresChoice s(Mode::automatic);
+  ASSERT_TRUE(stream_from(s, t0));
+  // Many copies within the second: still streaming.
+  for (uint32_t i = 0; i < 4 * StoresChoice::kRetryCopies; ++i) EXPECT_FALSE(s.streamed(t0 + kSecond - 1));
+  EXPECT_TRUE(s.streaming());
+  // Past the second, the next copy turns them off.
+  EXPECT_TRUE(s.streamed(t0 + kSecond));
+  EXPECT_FALSE(s.streaming());
+  EXPECT_TRUE(s.learning());
+  // Slow again: a full window before streaming, as at first.
+  for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(s.timed(kBytes, kSlowNs, t0 + 2 * kSecond));
+  EXPECT_TRUE(s.timed(kBytes, kSlowNs, t0 + 2 * kSecond));
+  // Long past the second, but too few copies yet.
+  for (uint32_t i = 0; i + 1 < StoresChoice::kRetryCopies; ++i) EXPECT_FALSE(s.streamed(t0 + 60 * kSecond)) << i;
+  EXPECT_TRUE(s.streaming());
+  EXPECT_TRUE(s.streamed(t0 + 60 * kSecond));
+  EXPECT_FALSE(s.streaming());
+}
+
+TEST(StoresChoice, CopiesIntoPagesWrittenForTheFirstTimeAreNotTimed) {
+  constexpr size_t kPage = 4096;
+  std::vector<uint8_t> area(64 * kPage);
+  const uint8_t* a = area.data();
+  StoresChoice s(Mode::automatic);
+  EXPECT_TRUE(s.first_touch(a, area.size(), a, 2 * kPage));
+  EXPECT_FALSE(s.first_touch(a, area.size(), a, 2 * kPage));
+  EXPECT_FALSE(s.first_touch(a, area.size(), a + 100, kPage));       // inside pages 0-1
+  EXPECT_TRUE(s.first_touch(a, area.size(), a + kPage, 2 * kPage));  // reaches page 2
+  EXPECT_FALSE(s.first_touch(a, area.size(), a + 2 * kPage + 7, 9));
+  EXPECT_TRUE(s.first_touch(a, area.size(), a + 63 * kPage, kPage));  // the last page
+  EXPECT_FALSE(s.first_touch(a, area.size(), a + 63 * kPage, kPage));
+  EXPECT_TRUE(s.first_touch(a, area.size(), a + 5 * kPage, 1));
+  // Outside the area: never fresh.
+  EXPECT_FALSE(s.first_touch(a, area.size(), a + 63 * kPage + 1, kPage));
+  EXPECT_FALSE(s.first_touch(a, area.size(), a + area.size(), 1));
+  // Another area starts over.
+  std::vector<uint8_t> other(8 * kPage);
+  EXPECT_TRUE(s.first_touch(other.data(), other.size(), other.data(), kPage));
+  EXPECT_TRUE(s.first_touch(a, area.size(), a, kPage));
+}
+
+TEST(StoresChoice, ForcedStoresNeverChange) {
+  for (Mode m : {Mode::cached, Mode::streaming}) {
+    StoresChoice s(m);
+    EXPECT_FALSE(s.learning());
+    for (int i = 0; i < 4 * StoresChoice::kWindow; ++i) EXPECT_FALSE(s.timed(kBytes, kSlowNs, 1));
+    for (uint32_t i = 0; i < 4 * StoresChoice::kRetryCopies; ++i) EXPECT_FALSE(s.streamed(10 * kSecond * (i + 1)));
+    EXPECT_EQ(s.streaming(), m == Mode::streaming);
+  }
+}
+
+TEST(StoresChoice, ACopyStartsAfresh) {
+  StoresChoice s(Mode::automatic);
+  ASSERT_TRUE(stream_from(s, 1));
+  StoresChoice t(s);
+  EXPECT_FALSE(t.streaming());
+  EXPECT_EQ(t.mode(), Mode::automatic);
+  s = StoresChoice(Mode::automatic);
+  EXPECT_FALSE(s.streaming());
+}
+
+TEST(StoresChoice, TheSettingPicksTheMode) {
+  for (auto [value, mode] : {std::pair{"auto", Mode::automatic}, {"cached", Mode::cached}, {"streaming", Mode::streaming}}) {
+    ScopedEnv e("SHOAL_DIRECT_STORES", value);
+    EXPECT_EQ(Ways::current().stores().mode(), mode) << value;
+  }
+}
+
+// Every length around the timed copies' and the non-temporal kernel's edges, with each stores:
+// the bytes arrive whole, and nothing past them is written.
+TEST(StoresChoice, CopiesInEveryByteWhicheverStores) {
+  const size_t lens[] = {0, 1, 63, 4095, 4096, 4097, StoresChoice::kTimedBytes - 1, StoresChoice::kTimedBytes,
+                         StoresChoice::kTimedBytes + 1, StoresChoice::kTimedBytes + 4096 + 3, 3 * kBytes + 17};
+  std::vector<uint8_t> src(3 * kBytes + 64), dst(src.size() + 128);
+  std::iota(src.begin(), src.end(), uint8_t(7));
+  for (Mode m : {Mode::automatic, Mode::cached, Mode::streaming}) {
+    for (size_t off : {0, 1, 32}) {
+      StoresChoice s(m);
+      for (size_t n : lens) {
+        std::fill(dst.begin(), dst.end(), uint8_t(0xEE));
+        copy_in(s, dst.data(), dst.size(), dst.data() + off, src.data() + 3, n);
+        if (m == Mode::automatic && n == lens[std::size(lens) / 2]) stream_from(s, 1);  // the rest streaming
+        for (size_t i = 0; i < dst.size(); ++i) {
+          const uint8_t want = i >= off && i < off + n ? src[i - off + 3] : uint8_t(0xEE);
+          ASSERT_EQ(dst[i], want) << "mode " << int(m) << " off " << off << " n " << n << " byte " << i;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
