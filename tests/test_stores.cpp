@@ -16,10 +16,10 @@ using namespace shoal::algo;
 using shoal_test::ScopedEnv;
 using Mode = StoresChoice::Mode;
 
-constexpr size_t kBytes = 64 << 10;
+constexpr size_t kBytes = StoresChoice::kSampleBytes;  // one sample a copy
 // Times of an ordinary copy of kBytes either side of the threshold.
-constexpr uint64_t kSlowNs = (StoresChoice::kFarNsPerKiB + 1) * 64;
-constexpr uint64_t kCheapNs = (StoresChoice::kFarNsPerKiB - 1) * 64;
+constexpr uint64_t kSlowNs = (StoresChoice::kFarNsPerKiB + 1) * (kBytes >> 10);
+constexpr uint64_t kCheapNs = (StoresChoice::kFarNsPerKiB - 1) * (kBytes >> 10);
 
 constexpr uint64_t kSecond = 1000000000;
 
@@ -42,10 +42,27 @@ TEST(StoresChoice, StreamsAfterAWindowOfSlowCopiesInARow) {
   EXPECT_TRUE(s.timed(kBytes, kSlowNs, 1));
   EXPECT_TRUE(s.streaming());
   EXPECT_FALSE(s.learning());
+  EXPECT_EQ(s.last_ns_per_kib(), StoresChoice::kFarNsPerKiB + 1);
   // The threshold is per byte: the same time over four times the bytes is cheap.
   StoresChoice t(Mode::automatic);
   for (int i = 0; i < 2 * StoresChoice::kWindow; ++i) EXPECT_FALSE(t.timed(4 * kBytes, kSlowNs, 1));
   EXPECT_FALSE(t.streaming());
+}
+
+// Copies shorter than a sample are judged together: a slow one among cheap ones (a reader on
+// the other core, the others on this one) makes a sample only as slow as their sum.
+TEST(StoresChoice, ShortCopiesAreJudgedTogether) {
+  constexpr size_t kQuarter = kBytes / 4;
+  const uint64_t slow = (StoresChoice::kFarNsPerKiB * 3) * (kQuarter >> 10), cheap = 20 * (kQuarter >> 10);
+  StoresChoice s(Mode::automatic);
+  for (int i = 0; i < 8 * StoresChoice::kWindow; ++i)  // one slow, three cheap: 3.25x / 4 < 1
+    for (int k = 0; k < 4; ++k) EXPECT_FALSE(s.timed(kQuarter, k == 0 ? slow : cheap, 1));
+  EXPECT_FALSE(s.streaming());
+  bool on = false;
+  for (int i = 0; i < StoresChoice::kWindow; ++i)  // two slow, two cheap: above
+    for (int k = 0; k < 4; ++k) on = s.timed(kQuarter, k < 2 ? slow : cheap, 1);
+  EXPECT_TRUE(on);
+  EXPECT_TRUE(s.streaming());
 }
 
 TEST(StoresChoice, TriesOrdinaryStoresAgainAfterASecondAndEnoughCopies) {
@@ -85,6 +102,10 @@ TEST(StoresChoice, CopiesIntoPagesWrittenForTheFirstTimeAreNotTimed) {
   // Outside the area: never fresh.
   EXPECT_FALSE(s.first_touch(a, area.size(), a + 63 * kPage + 1, kPage));
   EXPECT_FALSE(s.first_touch(a, area.size(), a + area.size(), 1));
+  // The same area at another size starts over (and holds that size's pages).
+  EXPECT_TRUE(s.first_touch(a, area.size() / 2, a, kPage));
+  EXPECT_FALSE(s.first_touch(a, area.size() / 2, a + 31 * kPage, 2 * kPage));  // past the end
+  EXPECT_TRUE(s.first_touch(a, area.size(), a + 63 * kPage, kPage));
   // Another area starts over.
   std::vector<uint8_t> other(8 * kPage);
   EXPECT_TRUE(s.first_touch(other.data(), other.size(), other.data(), kPage));
@@ -118,27 +139,35 @@ TEST(StoresChoice, TheSettingPicksTheMode) {
   }
 }
 
-// Every length around the timed copies' and the non-temporal kernel's edges, with each stores:
-// the bytes arrive whole, and nothing past them is written.
+// Every length around the timed copies' and the non-temporal kernel's edges, with each stores
+// (automatic: once learning, once streaming): the bytes arrive whole, and nothing past them is
+// written.
 TEST(StoresChoice, CopiesInEveryByteWhicheverStores) {
   const size_t lens[] = {0, 1, 63, 4095, 4096, 4097, StoresChoice::kTimedBytes - 1, StoresChoice::kTimedBytes,
                          StoresChoice::kTimedBytes + 1, StoresChoice::kTimedBytes + 4096 + 3, 3 * kBytes + 17};
   std::vector<uint8_t> src(3 * kBytes + 64), dst(src.size() + 128);
   std::iota(src.begin(), src.end(), uint8_t(7));
-  for (Mode m : {Mode::automatic, Mode::cached, Mode::streaming}) {
+  for (int pass = 0; pass < 4; ++pass) {
+    const Mode m = pass == 0 ? Mode::cached : pass == 1 ? Mode::streaming : Mode::automatic;
     for (size_t off : {0, 1, 32}) {
       StoresChoice s(m);
+      if (pass == 3) ASSERT_TRUE(stream_from(s, 1));
+      ASSERT_EQ(s.learning(), pass == 2);  // pass 2 times its copies of kTimedBytes and more
       for (size_t n : lens) {
         std::fill(dst.begin(), dst.end(), uint8_t(0xEE));
         copy_in(s, dst.data(), dst.size(), dst.data() + off, src.data() + 3, n);
-        if (m == Mode::automatic && n == lens[std::size(lens) / 2]) stream_from(s, 1);  // the rest streaming
         for (size_t i = 0; i < dst.size(); ++i) {
           const uint8_t want = i >= off && i < off + n ? src[i - off + 3] : uint8_t(0xEE);
-          ASSERT_EQ(dst[i], want) << "mode " << int(m) << " off " << off << " n " << n << " byte " << i;
+          ASSERT_EQ(dst[i], want) << "pass " << pass << " off " << off << " n " << n << " byte " << i;
         }
       }
     }
   }
+}
+
+TEST(StoresChoice, UnsetTheSettingIsAutomatic) {
+  ScopedEnv e("SHOAL_DIRECT_STORES", nullptr);
+  EXPECT_EQ(Ways::current().stores().mode(), Mode::automatic);
 }
 
 }  // namespace

@@ -106,10 +106,15 @@ void end(Ctx& c, size_t nchunks);
 size_t slot_bytes(ShmGroup& g);
 inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderBytes + kSmallArea + s * slot_bytes(g); }
 // dst = src into this rank's scratch for the others to read, with the stores algo/stores.h
-// chooses.
+// chooses. With more than two ranks a core, automatic stays with ordinary stores: a writer's
+// readers then sit on every core, and what its copies cost tells the state too little (8 ranks on
+// 2 cores: 1.07-1.26x slower than ordinary stores in the near state; BENCHMARKS.md, "Choosing
+// the stores as the op runs").
 inline void copy_in(Ctx& c, void* dst, const void* src, size_t n) {
   ShmGroup& g = *c.shm();
-  algo::copy_in(c.ways().stores(), g.scratch(c.rank), g.scratch_bytes(), dst, src, n);
+  StoresChoice& s = c.ways().stores();
+  if (s.mode() == StoresChoice::Mode::automatic && c.size > 2 * g.cores()) return copy_bytes(dst, src, n);
+  algo::copy_in(s, g.scratch(c.rank), g.scratch_bytes(), dst, src, n);
 }
 
 // ---- Single copy: between the ranks' own buffers (ShmGroup::read, write) ----------------------

@@ -17,13 +17,13 @@ inline uint64_t now_ns() {
 }  // namespace
 
 void copy_in(StoresChoice& s, const uint8_t* area, size_t area_bytes, void* dst, const void* src, size_t n) {
-  if (n < StoresChoice::kTimedBytes) {
-    (s.streaming() ? copy_streaming : copy_bytes)(dst, src, n);
-  } else if (s.streaming()) {
+  if (s.streaming()) {
     copy_streaming(dst, src, n);
-    if (s.mode() == StoresChoice::Mode::automatic && s.streamed(now_ns()))
+    // Counted from the length at which copy_streaming stores non-temporally.
+    if (n >= kStreamingMinBytes && s.mode() == StoresChoice::Mode::automatic && s.streamed(now_ns()))
       SHOAL_LOG(debug, "copies into the scratch try ordinary stores again");
-  } else if (s.learning() && !s.first_touch(area, area_bytes, static_cast<const uint8_t*>(dst), n)) {
+  } else if (n >= StoresChoice::kTimedBytes && s.learning() &&
+             !s.first_touch(area, area_bytes, static_cast<const uint8_t*>(dst), n)) {
     const uint64_t t0 = now_ns();
     copy_bytes(dst, src, n);
     const uint64_t t1 = now_ns();
@@ -31,7 +31,7 @@ void copy_in(StoresChoice& s, const uint8_t* area, size_t area_bytes, void* dst,
               static_cast<unsigned long long>((t1 - t0) * 1024 / n));
     if (s.timed(n, t1 - t0, t1))
       SHOAL_LOG(debug, "copies into the scratch now take non-temporal stores (ordinary ones: %llu ns per KiB)",
-                static_cast<unsigned long long>((t1 - t0) * 1024 / n));
+                static_cast<unsigned long long>(s.last_ns_per_kib()));
   } else {
     copy_bytes(dst, src, n);
   }

@@ -10,12 +10,14 @@
 // non-temporal stores make the readers fetch from memory instead, slower from 1 MiB
 // (BENCHMARKS.md, "Non-temporal copy-in", and "Choosing the stores as the op runs").
 //
-// So in `automatic` a rank times its ordinary copies in: once kWindow copies in a row cost more
-// than kFarNsPerKiB it takes non-temporal stores. A copy into pages of the scratch written for the
+// So in `automatic` a rank times its ordinary copies in, kSampleBytes of them at a time (with
+// more ranks than cores a writer's readers sit on either core, and its single copies cost either):
+// once kWindow samples in a row cost more than kFarNsPerKiB it takes non-temporal stores. A copy into pages of the scratch written for the
 // first time is not timed: it pays for mapping them (~1.5 µs a page on our VMs). What a
 // non-temporal copy costs says nothing of the cores, nor does an ordinary one into lines the
 // readers no longer hold (cheap in either state, the readers then fetching the data from the far
-// cache), so after kRetryNs and kRetryCopies non-temporal copies it tries ordinary stores again.
+// cache), so once kRetryNs have passed and kRetryCopies non-temporal copies were made, it tries
+// ordinary stores again.
 // Each writer chooses alone: its readers see the same bytes either way.
 #pragma once
 #include <algorithm>
@@ -30,9 +32,10 @@ namespace shoal::algo {
 class StoresChoice {
  public:
   enum class Mode : uint8_t { automatic, cached, streaming };
-  static constexpr size_t kTimedBytes = size_t(16) << 10;  // shorter copies are not timed or counted
+  static constexpr size_t kTimedBytes = size_t(16) << 10;  // shorter ordinary copies are not timed
   static constexpr uint32_t kFarNsPerKiB = 300;
-  static constexpr int kWindow = 4;
+  static constexpr size_t kSampleBytes = size_t(256) << 10;  // timed copies are judged by this much at a time
+  static constexpr int kWindow = 2;
   static constexpr uint32_t kRetryCopies = 64;
   static constexpr uint64_t kRetryNs = 1000000000;
 
@@ -41,6 +44,7 @@ class StoresChoice {
   StoresChoice& operator=(const StoresChoice& o) {
     mode_ = o.mode_;
     area_ = nullptr;
+    bytes_ = ns_ = 0;
     streaming_.store(mode_ == Mode::streaming, std::memory_order_relaxed);
     count_.store(0, std::memory_order_relaxed);
     return *this;
@@ -56,7 +60,13 @@ class StoresChoice {
   // (ns, steady clock). True where that turned non-temporal stores on.
   bool timed(size_t bytes, uint64_t ns, uint64_t now) {
     if (!learning()) return false;
-    if (ns * 1024 <= uint64_t(kFarNsPerKiB) * bytes) {
+    bytes_ += bytes;
+    ns_ += ns;
+    if (bytes_ < kSampleBytes) return false;
+    last_ns_per_kib_ = ns_ * 1024 / bytes_;
+    const bool slow = last_ns_per_kib_ > kFarNsPerKiB;
+    bytes_ = ns_ = 0;
+    if (!slow) {
       count_.store(0, std::memory_order_relaxed);
       return false;
     }
@@ -67,16 +77,22 @@ class StoresChoice {
     streaming_.store(true, std::memory_order_relaxed);
     return true;
   }
+  // The last sample's cost, ns per KiB.
+  uint64_t last_ns_per_kib() const { return last_ns_per_kib_; }
+
   // Whether [dst, dst + n) holds pages of this rank's scratch [area, area + area_bytes) that no
-  // timed copy has written yet; marks them written. A copy outside the area is never fresh.
+  // copy asked about here has written yet; marks them written. A copy outside the area is never
+  // fresh. (Copies not asked about, while streaming, leave their pages fresh: at worst untimed.)
   bool first_touch(const uint8_t* area, size_t area_bytes, const uint8_t* dst, size_t n) {
-    if (area != area_) {  // the first copy in, or another area: start over
+    if (area != area_ || area_bytes != area_bytes_) {  // the first copy in, or another area: start over
       area_ = area;
+      area_bytes_ = area_bytes;
       written_.assign((area_bytes / kPage + 64) / 64, 0);
     }
-    if (dst < area || n == 0 || n > area_bytes || size_t(dst - area) > area_bytes - n) return false;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(area), d = reinterpret_cast<uintptr_t>(dst);
+    if (d < a || n == 0 || n > area_bytes || d - a > area_bytes - n) return false;
     bool fresh = false;
-    for (size_t pg = size_t(dst - area) / kPage, last = (size_t(dst - area) + n - 1) / kPage; pg <= last; ++pg) {
+    for (size_t pg = (d - a) / kPage, last = (d - a + n - 1) / kPage; pg <= last; ++pg) {
       const uint64_t bit = uint64_t(1) << (pg % 64);
       fresh |= !(written_[pg / 64] & bit);
       written_[pg / 64] |= bit;
@@ -84,8 +100,8 @@ class StoresChoice {
     return fresh;
   }
 
-  // A non-temporal copy in of at least kTimedBytes, at time `now`. True where that turned them off:
-  // the next copies are ordinary again, and timed.
+  // A non-temporal copy in (of any length that takes non-temporal stores), at time `now`. True
+  // where that turned them off: the next copies are ordinary again, and timed.
   bool streamed(uint64_t now) {
     if (mode_ != Mode::automatic || !streaming()) return false;
     const uint32_t k = count_.load(std::memory_order_relaxed) + 1;
@@ -103,10 +119,13 @@ class StoresChoice {
   // Relaxed atomics: one communicator's ops run one at a time, but not always on one thread (the
   // page map below relies on the one at a time).
   std::atomic<bool> streaming_{mode_ == Mode::streaming};
-  std::atomic<uint32_t> count_{0};  // ordinary: slow copies in a row; non-temporal: copies since turned on
+  std::atomic<uint32_t> count_{0};  // ordinary: slow samples in a row; non-temporal: copies since turned on
   std::atomic<uint64_t> since_{0};  // when non-temporal stores were turned on
+  uint64_t bytes_ = 0, ns_ = 0;     // timed copies since the last sample
+  uint64_t last_ns_per_kib_ = 0;
   static constexpr size_t kPage = 4096;
-  const uint8_t* area_ = nullptr;   // the scratch of the first timed copy
+  const uint8_t* area_ = nullptr;   // the scratch asked about
+  size_t area_bytes_ = 0;
   std::vector<uint64_t> written_;   // its pages a timed copy has written, a bit each
 };
 

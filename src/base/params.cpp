@@ -82,8 +82,9 @@ const std::vector<Param> kParams = {
      "how a rank writes data for others into its shared scratch area (every op on one host above 8 KiB that goes "
      "through the scratch): `cached` (ordinary stores), `streaming` (non-temporal stores, to memory: "
      "faster where ranks sit on different core complexes of an AMD EPYC, slower where cores share a cache) or "
-     "`auto` (ordinary stores, timed, until they cost more than 300 ns per KiB: then non-temporal ones, with "
-     "ordinary ones tried again every second; `BENCHMARKS.md`, \"Choosing the stores as the op runs\")",
+     "`auto` (ordinary stores, timed, until they cost more than 300 ns per KiB: then non-temporal ones, until a "
+     "second and 64 of those copies have passed; ordinary ones where a core has more than two ranks; "
+     "`BENCHMARKS.md`, \"Choosing the stores as the op runs\")",
      "`auto`"},
     {"SHOAL_TIMEOUT", Kind::seconds, 0.001, 1e9, nullptr, "deadline of every op, seconds", "300"},
     {"SHOAL_TCP_STREAMS", Kind::integer, 1, 64, nullptr,

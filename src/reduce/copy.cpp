@@ -40,7 +40,7 @@ __attribute__((target("avx2"))) void copy_nt_avx2(uint8_t* d, const uint8_t* s, 
 // CPU without AVX2.
 void copy_streaming(void* dst, const void* src, size_t n) {
   if (n == 0) return;  // src may be null
-  if (n < 4096 || reduce_impl::current_level() < reduce_impl::SimdLevel::avx2) {
+  if (n < kStreamingMinBytes || reduce_impl::current_level() < reduce_impl::SimdLevel::avx2) {
     std::memcpy(dst, src, n);
     return;
   }

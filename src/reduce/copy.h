@@ -10,9 +10,12 @@ namespace shoal {
 // Outputs at least this large (the whole op's output, bytes) are written with copy_streaming.
 inline constexpr size_t kStreamingOutputBytes = size_t(8) << 20;
 
+// copy_streaming copies shorter than this with ordinary stores.
+inline constexpr size_t kStreamingMinBytes = 4096;
+
 // dst = src (n bytes, no overlap) with non-temporal stores where the kernel level in use
-// (reduce.h: the CPU's, or SHOAL_SIMD) has them; ends with a store fence so the data is visible
-// to other processes like an ordinary store.
+// (reduce.h: the CPU's, or SHOAL_SIMD) has them, from kStreamingMinBytes; ends with a store fence
+// so the data is visible to other processes like an ordinary store.
 void copy_streaming(void* dst, const void* src, size_t n);
 
 }  // namespace shoal
