@@ -102,7 +102,16 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
       if (len) {
         for (int j = 0; j < p; ++j)
           srcs[j] = j == r ? src + (m * ce + off) * es : slot(g, j, slot_of(c, m)) + off * es;
-        reduce_many(slot(g, r, slot_of(c, m)) + ce * es, srcs.data(), p, len, c.dt, c.op);
+        uint8_t* result = slot(g, r, slot_of(c, m)) + ce * es;
+        // Where this rank's copies in take non-temporal stores (stores.h), its result for the
+        // others does too: reduced into private memory, then streamed to the slot.
+        if (c.ways().stores().streaming()) {
+          uint8_t* mine = c.scratch(len * es, 1);
+          reduce_many(mine, srcs.data(), p, len, c.dt, c.op);
+          copy_streaming(result, mine, len * es);
+        } else {
+          reduce_many(result, srcs.data(), p, len, c.dt, c.op);
+        }
       }
     }
     if (ph >= 2 && writes_out) {  // copy-out chunk ph-2

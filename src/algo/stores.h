@@ -8,7 +8,8 @@
 // between such placements for minutes at a time) ~450-600 ns, and the op runs 2-6x slower than
 // with non-temporal stores, which take no line from anyone. Where cores share a cache,
 // non-temporal stores make the readers fetch from memory instead, slower from 1 MiB
-// (BENCHMARKS.md, "Non-temporal copy-in", and "Choosing the stores as the op runs").
+// (BENCHMARKS.md, "Non-temporal copy-in", and "Choosing the stores as the op runs"). The direct
+// allreduce streams its reduced slices where its copies in stream (direct_allreduce.cpp).
 //
 // So in `automatic` a rank times its ordinary copies in, kSampleBytes of them at a time (with
 // more ranks than cores a writer's readers sit on either core, and its single copies cost either):
