@@ -5,7 +5,7 @@
 // An ordinary store to a line that a reader's core still holds from the last op first takes the
 // line from that core. Where the two cores share a cache that costs ~110-150 ns per KiB; where
 // they sit on different core complexes (an AMD EPYC; on our VMs the host moves the two vCPUs
-// between such placements for minutes at a time) ~450-600 ns, and the op runs 2-6x slower than
+// between such placements for minutes at a time) ~450-800 ns, and the op runs 2-6x slower than
 // with non-temporal stores, which take no line from anyone. Where cores share a cache,
 // non-temporal stores make the readers fetch from memory instead, slower from 1 MiB
 // (BENCHMARKS.md, "Non-temporal copy-in", and "Choosing the stores as the op runs"). The direct
