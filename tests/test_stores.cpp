@@ -1,12 +1,19 @@
 // How a rank's copies into its scratch store (src/algo/stores.h): the choice driven with chosen
 // times, in one process, and the copy, whose bytes must be right whichever stores it takes.
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdint>
+#include <thread>
 #include <numeric>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "algo/cost.h"
+#include "algo/core_probe.h"
 #include "algo/stores.h"
 #include "harness.h"
 
@@ -151,7 +158,9 @@ TEST(StoresChoice, CopiesInEveryByteWhicheverStores) {
     const Mode m = pass == 0 ? Mode::cached : pass == 1 ? Mode::streaming : Mode::automatic;
     for (size_t off : {0, 1, 32}) {
       StoresChoice s(m);
-      if (pass == 3) ASSERT_TRUE(stream_from(s, 1));
+      if (pass == 3) {
+        ASSERT_TRUE(stream_from(s, 1));
+      }
       ASSERT_EQ(s.learning(), pass == 2);  // pass 2 times its copies of kTimedBytes and more
       for (size_t n : lens) {
         std::fill(dst.begin(), dst.end(), uint8_t(0xEE));
@@ -170,4 +179,43 @@ TEST(StoresChoice, UnsetTheSettingIsAutomatic) {
   EXPECT_EQ(Ways::current().stores().mode(), Mode::automatic);
 }
 
+// The round trip between two CPUs (core_probe.h), polled for up to `seconds`: 0 if none came.
+uint32_t round_trip_within(double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    if (uint32_t ns = core_round_trip_ns()) return ns;
+    if (std::chrono::steady_clock::now() > end) return 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+bool two_cpus() {
+  cpu_set_t set;
+  return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 2;
+}
+
+TEST(CoreProbe, MeasuresTheRoundTripBetweenTwoCpus) {
+  if (!two_cpus()) GTEST_SKIP() << "one CPU: nothing to measure";
+  const uint32_t ns = round_trip_within(10);
+  EXPECT_GT(ns, 0u) << "no measurement in 10 s";
+  EXPECT_LT(ns, 100000u);  // a cache line between two cores: well under 100 µs on any machine
+}
+
+// The threads that measure are the starting process's: a forked child starts its own.
+TEST(CoreProbe, AForkedChildMeasuresItsOwn) {
+  if (!two_cpus()) GTEST_SKIP() << "one CPU: nothing to measure";
+  ASSERT_GT(round_trip_within(10), 0u);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The parent's figure is not the child's: it starts at 0 and comes from the child's threads.
+    const bool fresh = core_round_trip_ns() == 0;
+    _exit(fresh && round_trip_within(10) > 0 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 }  // namespace
+

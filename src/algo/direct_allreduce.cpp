@@ -105,7 +105,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
         uint8_t* result = slot(g, r, slot_of(c, m)) + ce * es;
         // Where this rank's copies in take non-temporal stores (stores.h), its result for the
         // others does too: reduced into private memory, then streamed to the slot.
-        if (c.ways().stores().streaming()) {
+        if (streams(c)) {
           uint8_t* mine = c.scratch(len * es, 1);
           reduce_many(mine, srcs.data(), p, len, c.dt, c.op);
           copy_streaming(result, mine, len * es);

@@ -32,8 +32,10 @@
 #include <cstdint>
 
 #include "algo/common.h"
+#include "algo/core_probe.h"
 #include "algo/cost.h"
 #include "algo/stores.h"
+#include "reduce/copy.h"
 #include "base/hash.h"
 #include "transport/shm_group.h"
 
@@ -105,16 +107,28 @@ void end(Ctx& c, size_t nchunks);
 // Bytes of one of the two data slots of each rank's scratch (a multiple of 64).
 size_t slot_bytes(ShmGroup& g);
 inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderBytes + kSmallArea + s * slot_bytes(g); }
+// Whether `automatic` stores (stores.h) follow the cache-line round trip that core_probe.h
+// measures, rather than this rank's own copies: with more than two ranks a core, a writer's readers
+// sit on every core, and what its copies cost tells the state too little (judged by them, 8 ranks
+// on 2 cores ran 1.07-1.26x slower than ordinary stores in the near state; BENCHMARKS.md,
+// "Choosing the stores as the op runs").
+inline bool stores_by_probe(Ctx& c, ShmGroup& g) {
+  return c.ways().stores().mode() == StoresChoice::Mode::automatic && c.size > 2 * g.cores();
+}
+
+// Whether this rank's copies into its scratch take non-temporal stores now.
+inline bool streams(Ctx& c) {
+  ShmGroup& g = *c.shm();
+  return stores_by_probe(c, g) ? core_round_trip_ns() >= StoresChoice::kFarRoundTripNs : c.ways().stores().streaming();
+}
+
 // dst = src into this rank's scratch for the others to read, with the stores algo/stores.h
-// chooses. With more than two ranks a core, automatic stays with ordinary stores: a writer's
-// readers then sit on every core, and what its copies cost tells the state too little (8 ranks on
-// 2 cores: 1.07-1.26x slower than ordinary stores in the near state; BENCHMARKS.md, "Choosing
-// the stores as the op runs").
+// chooses.
 inline void copy_in(Ctx& c, void* dst, const void* src, size_t n) {
   ShmGroup& g = *c.shm();
-  StoresChoice& s = c.ways().stores();
-  if (s.mode() == StoresChoice::Mode::automatic && c.size > 2 * g.cores()) return copy_bytes(dst, src, n);
-  algo::copy_in(s, g.scratch(c.rank), g.scratch_bytes(), dst, src, n);
+  if (stores_by_probe(c, g))
+    return (core_round_trip_ns() >= StoresChoice::kFarRoundTripNs ? copy_streaming : copy_bytes)(dst, src, n);
+  algo::copy_in(c.ways().stores(), g.scratch(c.rank), g.scratch_bytes(), dst, src, n);
 }
 
 // ---- Single copy: between the ranks' own buffers (ShmGroup::read, write) ----------------------

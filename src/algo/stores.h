@@ -12,7 +12,8 @@
 // allreduce streams its reduced slices where its copies in stream (direct_allreduce.cpp).
 //
 // So in `automatic` a rank times its ordinary copies in, kSampleBytes of them at a time (with
-// more ranks than cores a writer's readers sit on either core, and its single copies cost either):
+// more ranks than cores a writer's readers sit on either core, and its single copies cost either;
+// with more than two ranks a core a measured round trip decides instead: direct_common.h):
 // once kWindow samples in a row cost more than kFarNsPerKiB it takes non-temporal stores. A copy into pages of the scratch written for the
 // first time is not timed: it pays for mapping them (~1.5 µs a page on our VMs). What a
 // non-temporal copy costs says nothing of the cores, nor does an ordinary one into lines the
@@ -35,6 +36,7 @@ class StoresChoice {
   enum class Mode : uint8_t { automatic, cached, streaming };
   static constexpr size_t kTimedBytes = size_t(16) << 10;  // shorter ordinary copies are not timed
   static constexpr uint32_t kFarNsPerKiB = 300;
+  static constexpr uint32_t kFarRoundTripNs = 300;  // core_probe.h's, where it decides (direct_common.h)
   static constexpr size_t kSampleBytes = size_t(256) << 10;  // timed copies are judged by this much at a time
   static constexpr int kWindow = 2;
   static constexpr uint32_t kRetryCopies = 64;

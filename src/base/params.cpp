@@ -83,7 +83,8 @@ const std::vector<Param> kParams = {
      "through the scratch): `cached` (ordinary stores), `streaming` (non-temporal stores, to memory: "
      "faster where ranks sit on different core complexes of an AMD EPYC, slower where cores share a cache) or "
      "`auto` (ordinary stores, timed, until they cost more than 300 ns per KiB: then non-temporal ones, until a "
-     "second and 64 of those copies have passed; ordinary ones where a core has more than two ranks; "
+     "second and 64 of those copies have passed; with more than two ranks a core, non-temporal ones while a "
+     "cache-line round trip between two CPUs, measured once a second, takes 300 ns or more; "
      "`BENCHMARKS.md`, \"Choosing the stores as the op runs\")",
      "`auto`"},
     {"SHOAL_TIMEOUT", Kind::seconds, 0.001, 1e9, nullptr, "deadline of every op, seconds", "300"},
