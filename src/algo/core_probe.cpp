@@ -2,13 +2,13 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "base/cpu_relax.h"
@@ -19,18 +19,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kBatches = 16, kTripsPerBatch = 8;
+constexpr int kBatches = 8, kTripsPerBatch = 32;  // two clock reads a batch, over 32 trips
 constexpr auto kPeriod = std::chrono::milliseconds(1000);
 constexpr auto kFirstRetry = std::chrono::milliseconds(10);
 // How long one measurement may wait for the two threads to run at once (ranks hold the cores).
 constexpr auto kPatience = std::chrono::milliseconds(2);
 
-struct alignas(64) Line {
+struct alignas(128) Line {  // 128: the adjacent-line prefetcher pairs 64-byte lines
   std::atomic<uint64_t> v{0};
 };
 
 std::atomic<uint32_t> g_rtt_ns{0};
-std::atomic<pid_t> g_started_in{0};  // the process whose threads measure
+// 0: no threads measure in this process; 1: being started; 2: started (or could not be). A forked
+// child (pthread_atfork) goes back to 0: it has none of its parent's threads.
+std::atomic<int> g_state{0};
 
 void pin(int cpu) {
   cpu_set_t set;
@@ -48,8 +50,9 @@ uint32_t measure(Line& ping, Line& pong, uint64_t& seq) {
     const auto t0 = Clock::now();
     for (int i = 0; i < kTripsPerBatch; ++i) {
       ping.v.store(++seq, std::memory_order_release);
-      while (pong.v.load(std::memory_order_acquire) != seq) {
-        if (Clock::now() > deadline) {
+      // The clock is read once in 64 spins: a clock that is a system call must not lengthen the trips.
+      for (unsigned spins = 1; pong.v.load(std::memory_order_acquire) != seq; ++spins) {
+        if (spins % 64 == 0 && Clock::now() > deadline) {
           ping.v.store(~uint64_t(0), std::memory_order_release);  // lets the echo move on
           return 0;
         }
@@ -67,6 +70,7 @@ uint32_t measure(Line& ping, Line& pong, uint64_t& seq) {
 // Made anew by each process that starts measuring (a forked child must not share its parent's
 // lock or condition), and never freed: the two threads run until the process ends.
 struct Probe {
+  Probe* before = nullptr;  // a parent's, in a forked child: still reachable, for leak checkers
   Line ping, pong;
   std::mutex mu;
   std::condition_variable cv;
@@ -76,7 +80,9 @@ struct Probe {
 void run(Probe* pr, int cpu_a, int cpu_b) {
   Line& ping = pr->ping;
   Line& pong = pr->pong;
-  std::thread echo([pr, cpu_b] {
+  std::thread echo;
+  try {
+    echo = std::thread([pr, cpu_b] {
     Line& ping = pr->ping;
     Line& pong = pr->pong;
     pin(cpu_b);
@@ -87,21 +93,29 @@ void run(Probe* pr, int cpu_a, int cpu_b) {
         pr->cv.wait(lock, [&] { return pr->asked != served; });
         served = pr->asked;
       }
-      auto idle_since = Clock::now();
-      for (;;) {
+      // No clock on a trip's path: the clock is read once in 256 spins without a ping, and the
+      // echo sleeps again once 20 µs have passed in such reads.
+      Clock::time_point quiet_since{};
+      for (unsigned spins = 0;;) {
         const uint64_t v = ping.v.load(std::memory_order_acquire);
         if (v != last) {
           last = v;
           if (v != ~uint64_t(0)) pong.v.store(v, std::memory_order_release);
-          idle_since = Clock::now();
-        } else if (Clock::now() - idle_since > std::chrono::microseconds(20)) {
-          break;
+          spins = 0;
+          quiet_since = {};
+        } else if (++spins % 256 == 0) {
+          const auto now = Clock::now();
+          if (quiet_since == Clock::time_point{}) quiet_since = now;
+          else if (now - quiet_since > std::chrono::microseconds(20)) break;
         } else {
           cpu_relax();
         }
       }
     }
   });
+  } catch (const std::system_error&) {
+    return;  // no thread to be had (a process or container limit): ordinary stores stay
+  }
   echo.detach();
   pin(cpu_a);
   uint64_t seq = 0;
@@ -133,22 +147,33 @@ void start() {
   for (int c = 0; c < CPU_SETSIZE && n < 2; ++c)
     if (CPU_ISSET(c, &set)) cpus[n++] = c;
   if (n < 2) return;
-  static Probe* probe;  // reachable, for leak checkers; one per process that started
-  probe = new Probe;
-  std::thread(run, probe, cpus[0], cpus[1]).detach();
+  static Probe* probe;  // reachable, for leak checkers
+  Probe* next = new Probe;
+  next->before = probe;
+  probe = next;
+  try {
+    std::thread(run, probe, cpus[0], cpus[1]).detach();
+  } catch (const std::system_error&) {
+    // no thread to be had: the round trip stays 0 (ordinary stores)
+  }
 }
 
 }  // namespace
 
 uint32_t core_round_trip_ns() {
-  const pid_t me = getpid();
-  if (g_started_in.load(std::memory_order_relaxed) != me) {
-    static std::mutex mu;
-    std::lock_guard<std::mutex> lock(mu);
-    if (g_started_in.load(std::memory_order_relaxed) != me) {
-      g_rtt_ns.store(0, std::memory_order_relaxed);
+  if (g_state.load(std::memory_order_acquire) != 2) {
+    int idle = 0;
+    if (g_state.compare_exchange_strong(idle, 1, std::memory_order_acq_rel)) {
+      static bool at_fork = false;  // handlers pass to children: registered once
+      if (!at_fork) {
+        at_fork = true;
+        pthread_atfork(nullptr, nullptr, [] {
+          g_rtt_ns.store(0, std::memory_order_relaxed);
+          g_state.store(0, std::memory_order_release);
+        });
+      }
       start();
-      g_started_in.store(me, std::memory_order_relaxed);
+      g_state.store(2, std::memory_order_release);
     }
   }
   return g_rtt_ns.load(std::memory_order_relaxed);
