@@ -79,6 +79,13 @@ def _main(serve, rank, world_size, port, conn, env, args):
 
 def _once(conn, rank, world_size, fn, *args):
     answer(conn, fn, rank, world_size, *args)
+    # A tensor in the answer travels as a file descriptor that this process hands over while the
+    # parent unpickles it: stay until the parent closes the pipe (Ranks.close), as a serving rank
+    # does. (Leaving at once, the parent found no one to take it from: FileNotFoundError.)
+    try:
+        conn.recv()
+    except (EOFError, OSError):
+        pass
 
 
 class Ranks:
