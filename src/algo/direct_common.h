@@ -126,8 +126,7 @@ inline bool streams(Ctx& c) {
 // chooses.
 inline void copy_in(Ctx& c, void* dst, const void* src, size_t n) {
   ShmGroup& g = *c.shm();
-  if (stores_by_probe(c, g))
-    return (core_round_trip_ns() >= StoresChoice::kFarRoundTripNs ? copy_streaming : copy_bytes)(dst, src, n);
+  if (stores_by_probe(c, g)) return (streams(c) ? copy_streaming : copy_bytes)(dst, src, n);
   algo::copy_in(c.ways().stores(), g.scratch(c.rank), g.scratch_bytes(), dst, src, n);
 }
 
