@@ -50,9 +50,19 @@ build: deps
 setup-and-build:
 	$(MAKE) -j2 venv build
 
+# The sanitizer and fuzzer builds compile at nice 19 while the plain suite and pytest run: the
+# tests leave a core idle much of the time (pytest uses about a third of the two cores: ranks
+# starting, timeouts, Ray), a compile at nice 19 takes only the CPU they leave, and the tests run
+# at full priority as before. Then the fuzz smoke, and the suite under ASan + UBSan
+# (RELIABILITY.md, "Time of `make test`").
 test: setup-and-build
-	cd $(BUILD) && ctest --output-on-failure --timeout 600 -j$(CTEST_JOBS)
-	$(MAKE) test-python
+	@nice -n 19 $(MAKE) --no-print-directory fuzz-build asan-build > $(BUILD)/san-builds.log 2>&1 & builds=$$!; \
+	status=0; \
+	{ (cd $(BUILD) && ctest --output-on-failure --timeout 600 -j$(CTEST_JOBS)) && $(MAKE) test-python; } || status=$$?; \
+	echo "== waiting for the sanitizer and fuzzer builds (nice 19; log: $(BUILD)/san-builds.log)"; \
+	wait $$builds || { tail -n 60 $(BUILD)/san-builds.log; echo "sanitizer or fuzzer build: FAILED"; exit 1; }; \
+	[ $$status = 0 ] || exit $$status
+	$(MAKE) fuzz-smoke asan
 
 demo: setup build python-install
 	@for op in allreduce allgather broadcast; do \

@@ -142,6 +142,5 @@ fuzz: fuzz-build
 fuzz-smoke: fuzz-build
 	$(call run_fuzzers,$(FUZZ_SMOKE_SECONDS))
 
-# `make test` runs the fuzz smoke first (about 1 min: 4 targets x 5 s, plus their build), then
-# the suite under ASan + UBSan (UBSan off in the tests' own sources; about 5 min with its build).
-test: fuzz-smoke asan
+# `make test` (Makefile) builds these while its plain suites run, then runs the fuzz smoke (4
+# targets x 5 s) and the suite under ASan + UBSan (UBSan off in the tests' own sources).
