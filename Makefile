@@ -50,18 +50,20 @@ build: deps
 setup-and-build:
 	$(MAKE) -j2 venv build
 
-# The sanitizer and fuzzer builds compile at nice 19 while the plain suite and pytest run: the
-# tests leave a core idle much of the time (pytest uses about a third of the two cores: ranks
-# starting, timeouts, Ray), a compile at nice 19 takes only the CPU they leave, and the tests run
-# at full priority as before. Then the fuzz smoke, and the suite under ASan + UBSan
-# (RELIABILITY.md, "Time of `make test`").
+# `make test`: the sanitizer and fuzzer builds (mk/sanitize.mk) compile at nice 19 while the plain
+# build's suites run (ctest, then the Python package and pytest), taking the CPU the tests leave
+# (ranks and Ray actors starting, timeouts); then the fuzz smoke and the suite under ASan. The
+# suites beside the builds slow by less than the builds take alone (RELIABILITY.md, "Time of
+# `make test`"). A failed suite stops the builds.
+SAN_BUILD_LOG = $(BUILD)/san-builds.log
 test: setup-and-build
-	@nice -n 19 $(MAKE) --no-print-directory fuzz-build asan-build > $(BUILD)/san-builds.log 2>&1 & builds=$$!; \
-	status=0; \
-	{ (cd $(BUILD) && ctest --output-on-failure --timeout 600 -j$(CTEST_JOBS)) && $(MAKE) test-python; } || status=$$?; \
-	echo "== waiting for the sanitizer and fuzzer builds (nice 19; log: $(BUILD)/san-builds.log)"; \
-	wait $$builds || { tail -n 60 $(BUILD)/san-builds.log; echo "sanitizer or fuzzer build: FAILED"; exit 1; }; \
-	[ $$status = 0 ] || exit $$status
+	@setsid -w nice -n 19 $(MAKE) --no-print-directory fuzz-build asan-build > $(SAN_BUILD_LOG) 2>&1 & builds=$$!; \
+	echo "== sanitizer and fuzzer builds at nice 19 beside the tests (log: $(SAN_BUILD_LOG))"; \
+	stop_builds() { kill -TERM -- -$$builds 2>/dev/null; }; \
+	(cd $(BUILD) && ctest --output-on-failure --timeout 600 -j$(CTEST_JOBS)) || { stop_builds; exit 1; }; \
+	$(MAKE) test-python || { stop_builds; exit 1; }; \
+	echo "== waiting for the sanitizer and fuzzer builds"; \
+	wait $$builds || { tail -n 60 $(SAN_BUILD_LOG); echo "sanitizer or fuzzer build: FAILED (log: $(SAN_BUILD_LOG))"; exit 1; }
 	$(MAKE) fuzz-smoke asan
 
 demo: setup build python-install

@@ -74,17 +74,6 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=key)
 
 
-def pytest_itemcollected(item):
-    # Under pytest-xdist (`make test-python` runs two workers, `--dist loadgroup`), a file's tests
-    # run on one worker, and the files that hold something machine-wide share one worker: a local
-    # Ray cluster (ray_local, or one of their own) and the fake hosts' fixed namespace names
-    # (scripts/netns_hosts.py). The mark is set as each test is collected, before xdist reads it.
-    if item.config.pluginmanager.hasplugin("xdist"):
-        name = os.path.basename(str(item.path))
-        shared = "ray" in name or "multihost" in name or "containers" in name
-        item.add_marker(pytest.mark.xdist_group("machine" if shared else name))
-
-
 def pytest_sessionfinish(session, exitstatus):
     for g in _groups.values():
         g.close()
