@@ -1,7 +1,7 @@
 // Every algorithm shoal has, written over Ctx (src/algo/context.h), and the automatic choice.
 // One file per algorithm family under src/algo/, each opening with its alpha-beta-gamma cost
 // (alpha = latency per message, beta = time per byte, gamma = reduction time per byte, p ranks,
-// n bytes). Counts are in elements of ctx.dt; buffers are raw. Every function supports in == out
+// n bytes; as code, the cost function in its row of registry.cpp: model.h). Counts are in elements of ctx.dt; buffers are raw. Every function supports in == out
 // where the op allows in-place use, count == 0, and size == 1.
 //
 // Reductions use ctx.reduce (the op is never avg here: the communicator turns avg into sum and

@@ -2,7 +2,11 @@
 // one row here (and its file); the tests' lists come from these tables (algorithms_of).
 #include "algo/registry.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "algo/common.h"
+#include "algo/model.h"
 #include "shoal/error.h"
 
 namespace shoal {
@@ -15,57 +19,137 @@ struct Entry {
   Algo algo;
   Needs needs;
   Fn fn;
+  CostFn cost;  // its α-β-γ cost (model.h); the formulas are docs/algorithms.md's table
 };
 
+// Helpers of the cost functions: (p-1)/p, a direct op's chunk count, a host's ranks.
+double share(int p) { return (p - 1.0) / p; }
+double chunks(int p, double n) { return direct_chunks(p, n); }
+int local(Shape s) { return std::max(1, s.p / std::max(1, s.hosts)); }
+// The part of a hierarchical op inside each host (a flat cost counted with the local α and β).
+Terms in_host(Terms t) { return {0, 0, t.reduced, t.messages, t.bytes}; }
+
+// One shot or two shot is a measured choice (cost.h); the model is two shot's above the small
+// protocol.
+Terms allreduce_direct_cost(Shape s, double n) {
+  const int p = s.p;
+  if (direct_small(n)) return {1, (p + 1) * n, (p - 1) * n};
+  return {chunks(p, n) + 2, 3 * n, share(p) * n};
+}
+Terms reduce_direct_cost(Shape s, double n) {
+  const int p = s.p;
+  if (direct_small(n)) return {1, (p + 1) * n, (p - 1) * n};
+  return {chunks(p, n) + 2, 2 * n, share(p) * n};
+}
+Terms broadcast_direct_cost(Shape s, double n) { return {direct_small(n) ? 1 : chunks(s.p, n) + 1, 2 * n, 0}; }
+Terms allgather_direct_cost(Shape s, double n) {
+  return {direct_small(n / s.p) ? 1 : chunks(s.p, n) + 1, n + n / s.p, 0};
+}
+Terms bde_cost(Shape s, double n) {  // allreduce: recursive halving, recursive doubling; others folded in
+  const int q = pof2_floor(s.p);
+  Terms t{2 * lg_ceil(q), 2 * share(q) * n, share(q) * n};
+  if (q != s.p) t = t + Terms{2, 2 * n, n};
+  return t;
+}
+Terms allreduce_ring_cost(Shape s, double n) { return {2.0 * (s.p - 1), 2 * share(s.p) * n, share(s.p) * n}; }
+Terms broadcast_binomial_cost(Shape s, double n) { return {lg_ceil(s.p), lg_ceil(s.p) * n, 0}; }
+Terms reduce_binomial_cost(Shape s, double n) { return {lg_ceil(s.p), lg_ceil(s.p) * n, lg_ceil(s.p) * n}; }
+
 constexpr Entry<AllreduceFn> kAllreduce[] = {
-    {Algo::ring, Needs::any, allreduce_ring},
-    {Algo::bde, Needs::any, allreduce_bde},
-    {Algo::mst, Needs::any, allreduce_mst},
-    {Algo::direct, Needs::shm, allreduce_direct},
-    {Algo::hier, Needs::several_hosts, allreduce_hier},
+    {Algo::ring, Needs::any, allreduce_ring, allreduce_ring_cost},
+    {Algo::bde, Needs::any, allreduce_bde, bde_cost},
+    {Algo::mst, Needs::any, allreduce_mst,
+     [](Shape s, double n) { return reduce_binomial_cost(s, n) + broadcast_binomial_cost(s, n); }},
+    {Algo::direct, Needs::shm, allreduce_direct, allreduce_direct_cost},
+    // Leader form: reduce inside each host, allreduce between the hosts' leaders, broadcast inside
+    // each host (hierarchical.cpp has the split form too).
+    {Algo::hier, Needs::several_hosts, allreduce_hier,
+     [](Shape s, double n) {
+       const Shape l{local(s), 1}, h{s.hosts, s.hosts};
+       return in_host(reduce_direct_cost(l, n)) + bde_cost(h, n) + in_host(broadcast_direct_cost(l, n));
+     }},
 };
 constexpr Entry<BroadcastFn> kBroadcast[] = {
-    {Algo::mst, Needs::any, broadcast_binomial},
-    {Algo::ring, Needs::any, broadcast_chain},
-    {Algo::scatter_allgather, Needs::any, broadcast_scatter_allgather},
-    {Algo::linear, Needs::any, broadcast_linear},
-    {Algo::direct, Needs::shm, broadcast_direct},
-    {Algo::hier, Needs::several_hosts, broadcast_hier},
+    {Algo::mst, Needs::any, broadcast_binomial, broadcast_binomial_cost},
+    // The chain, pipelined in kChunkBytes messages: (p - 2 + n/c)·(α + c·β).
+    {Algo::ring, Needs::any, broadcast_chain,
+     [](Shape s, double n) {
+       const double c = static_cast<double>(kChunkBytes), steps = std::max(0, s.p - 2) + std::ceil(n / c);
+       return Terms{steps, steps * std::min(c, n), 0};
+     }},
+    {Algo::scatter_allgather, Needs::any, broadcast_scatter_allgather,
+     [](Shape s, double n) { return Terms{lg_ceil(s.p) + s.p - 1, 2 * share(s.p) * n, 0}; }},
+    {Algo::linear, Needs::any, broadcast_linear, [](Shape s, double n) { return Terms{s.p - 1.0, (s.p - 1) * n, 0}; }},
+    {Algo::direct, Needs::shm, broadcast_direct, broadcast_direct_cost},
+    {Algo::hier, Needs::several_hosts, broadcast_hier,
+     [](Shape s, double n) {
+       return broadcast_binomial_cost({s.hosts, s.hosts}, n) + in_host(broadcast_direct_cost({local(s), 1}, n));
+     }},
 };
 constexpr Entry<RootedFn> kReduce[] = {
-    {Algo::mst, Needs::any, reduce_binomial},
-    {Algo::ring, Needs::any, reduce_ring},
-    {Algo::direct, Needs::shm, reduce_direct},
-    {Algo::hier, Needs::several_hosts, reduce_hier},
+    {Algo::mst, Needs::any, reduce_binomial, reduce_binomial_cost},
+    // Ring reduce-scatter, then the blocks gathered at the root.
+    {Algo::ring, Needs::any, reduce_ring,
+     [](Shape s, double n) { return Terms{2.0 * (s.p - 1), 2 * share(s.p) * n, share(s.p) * n}; }},
+    {Algo::direct, Needs::shm, reduce_direct, reduce_direct_cost},
+    {Algo::hier, Needs::several_hosts, reduce_hier,
+     [](Shape s, double n) {
+       return in_host(reduce_direct_cost({local(s), 1}, n)) + reduce_binomial_cost({s.hosts, s.hosts}, n);
+     }},
 };
 constexpr Entry<AllgathervFn> kAllgatherv[] = {
-    {Algo::ring, Needs::any, allgatherv_ring},
-    {Algo::rd, Needs::any, allgatherv_rd},
-    {Algo::direct, Needs::shm, allgatherv_direct},
-    {Algo::hier, Needs::several_hosts, allgatherv_hier},
+    {Algo::ring, Needs::any, allgatherv_ring, [](Shape s, double n) { return Terms{s.p - 1.0, share(s.p) * n, 0}; }},
+    // Recursive doubling; Bruck for p not a power of two (two local copies of n more).
+    {Algo::rd, Needs::any, allgatherv_rd,
+     [](Shape s, double n) {
+       return Terms{lg_ceil(s.p), share(s.p) * n + (pof2_floor(s.p) == s.p ? 0 : 2 * n), 0};
+     }},
+    {Algo::direct, Needs::shm, allgatherv_direct, allgather_direct_cost},
+    // Leader form: gather inside each host, allgather between the leaders, broadcast inside each host.
+    {Algo::hier, Needs::several_hosts, allgatherv_hier,
+     [](Shape s, double n) {
+       const Shape l{local(s), 1};
+       const double host_bytes = n / std::max(1, s.hosts);
+       return in_host(Terms{l.p - 1.0, host_bytes, 0}) + Terms{s.hosts - 1.0, share(s.hosts) * n, 0} +
+              in_host(broadcast_direct_cost(l, n));
+     }},
 };
 constexpr Entry<ReduceScatterFn> kReduceScatter[] = {
-    {Algo::ring, Needs::any, reduce_scatter_ring},
-    {Algo::rd, Needs::any, reduce_scatter_halving},
-    {Algo::direct, Needs::shm, reduce_scatter_direct},
+    {Algo::ring, Needs::any, reduce_scatter_ring,
+     [](Shape s, double n) { return Terms{s.p - 1.0, share(s.p) * n, share(s.p) * n}; }},
+    // Recursive halving; for p not a power of two the extra ranks fold in first (α + n·β + n·γ)
+    // and get their block after (α + n/p·β).
+    {Algo::rd, Needs::any, reduce_scatter_halving,
+     [](Shape s, double n) {
+       const int q = pof2_floor(s.p);
+       Terms t{lg_ceil(q), share(q) * n, share(q) * n};
+       if (q != s.p) t = t + Terms{2, n + n / s.p, n};
+       return t;
+     }},
+    {Algo::direct, Needs::shm, reduce_scatter_direct,
+     [](Shape s, double n) { return Terms{direct_small(n) ? 1 : chunks(s.p, n) + 1, 2 * n, share(s.p) * n}; }},
 };
+// Gather and scatter: n is the root's whole buffer.
 constexpr Entry<RootedFn> kGather[] = {
-    {Algo::mst, Needs::any, gather_binomial},
-    {Algo::linear, Needs::any, gather_linear},
-    {Algo::direct, Needs::shm, gather_direct},
+    {Algo::mst, Needs::any, gather_binomial, [](Shape s, double n) { return Terms{lg_ceil(s.p), share(s.p) * n, 0}; }},
+    {Algo::linear, Needs::any, gather_linear, [](Shape s, double n) { return Terms{s.p - 1.0, share(s.p) * n, 0}; }},
+    {Algo::direct, Needs::shm, gather_direct, allgather_direct_cost},
 };
 constexpr Entry<RootedFn> kScatter[] = {
-    {Algo::mst, Needs::any, scatter_binomial},
-    {Algo::linear, Needs::any, scatter_linear},
-    {Algo::direct, Needs::shm, scatter_direct},
+    {Algo::mst, Needs::any, scatter_binomial, [](Shape s, double n) { return Terms{lg_ceil(s.p), share(s.p) * n, 0}; }},
+    {Algo::linear, Needs::any, scatter_linear, [](Shape s, double n) { return Terms{s.p - 1.0, share(s.p) * n, 0}; }},
+    {Algo::direct, Needs::shm, scatter_direct,
+     [](Shape s, double n) { return Terms{direct_small(n / s.p) ? 1 : chunks(s.p, n) + 1, 2 * share(s.p) * n, 0}; }},
 };
+// alltoall(v): n is what each rank sends in all.
 constexpr Entry<AlltoallvFn> kAlltoallv[] = {
-    {Algo::ring, Needs::any, alltoallv_pairwise},
-    {Algo::direct, Needs::shm, alltoallv_direct},
+    {Algo::ring, Needs::any, alltoallv_pairwise, [](Shape s, double n) { return Terms{s.p - 1.0, share(s.p) * n, 0}; }},
+    {Algo::direct, Needs::shm, alltoallv_direct,
+     [](Shape s, double n) { return Terms{direct_small(n) ? 1 : chunks(s.p, n) + 1, 2 * n, 0}; }},
 };
 constexpr Entry<BarrierFn> kBarrier[] = {
-    {Algo::rd, Needs::any, barrier_dissemination},
-    {Algo::direct, Needs::shm, barrier_direct},
+    {Algo::rd, Needs::any, barrier_dissemination, [](Shape s, double) { return Terms{lg_ceil(s.p), 0, 0}; }},
+    {Algo::direct, Needs::shm, barrier_direct, [](Shape, double) { return Terms{1, 0, 0}; }},
 };
 
 template <class Fn, size_t N>
@@ -132,6 +216,14 @@ std::vector<Algo> algorithms_of(const std::string& op) {
 }
 
 namespace algo {
+Terms cost_of(OpKind k, Algo a, Shape s, double n) {
+  return with_table(k, [&](const auto& t) {
+    const auto* e = find(t, a);
+    if (!e) throw InvalidArgument(std::string(op_kind_name(k)) + " has no algorithm '" + algo_name(a) + "'");
+    return e->cost(s, n);
+  });
+}
+
 AllreduceFn allreduce_fn(Algo a) { return fn_of(kAllreduce, a); }
 BroadcastFn broadcast_fn(Algo a) { return fn_of(kBroadcast, a); }
 RootedFn reduce_fn(Algo a) { return fn_of(kReduce, a); }

@@ -97,6 +97,9 @@ std::string usage() {
       "                         it from that peer's cache, not from its own copy of an unchanged buffer\n"
       "  --resources            after the run, print what a rank cost: the Communicator's construction\n"
       "                         time, RSS, /dev/shm reserved and mapped, open file descriptors\n"
+      "  --model                after the run, fit the algorithm's alpha-beta-gamma model (its cost function in\n"
+      "                         src/algo/registry.cpp) to the measured times and print each size's time over\n"
+      "                         the model's; needs --algo (one algorithm) and two sizes or more\n"
       "  --iters N              timed iterations per size (default adaptive: ~0.2 s, 3..100000)\n"
       "  --warmup N             untimed iterations per size (default 5, or 2 from 8M)\n"
       "SIZE is the nccl-tests size: the buffer of allreduce/broadcast/reduce/sendrecv, the total\n"
@@ -177,6 +180,8 @@ Config parse_args(const std::vector<std::string>& args) {
       c.fresh = true;
     } else if (a == "--resources") {
       c.resources = true;
+    } else if (a == "--model") {
+      c.model = true;
     } else if (a == "--json") {
       c.json_path = next();
     } else if (a == "--iters" || a == "-i" || a == "--iterations") {
@@ -202,6 +207,9 @@ Config parse_args(const std::vector<std::string>& args) {
   if (!have_e) c.max_bytes = c.min_bytes;
   if (c.max_bytes < c.min_bytes) throw std::invalid_argument("-e MAX is below -b MIN");
   if (c.op == Op::sendrecv && c.ranks < 2) throw std::invalid_argument("sendrecv needs -n 2 or more");
+  if (c.model && (c.algo == Algo::automatic || c.algo == Algo::hier || c.op == Op::sendrecv))
+    throw std::invalid_argument("--model needs --algo naming one algorithm of the op (not auto; hier's model needs "
+                                "the hosts, which the bench does not know), and a collective (not sendrecv)");
   bool reduction = c.op == Op::allreduce || c.op == Op::reduce || c.op == Op::reduce_scatter;
   if (reduction && !reduce_op_supported(c.dtype, c.rop))
     throw std::invalid_argument(std::string("--op ") + reduce_op_name(c.rop) + " is not defined on " +

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "algo/model.h"
 #include "shoal/communicator.h"
 #include "shoal/store.h"
 #include "shoal/types.h"
@@ -48,10 +49,23 @@ struct Config {
   bool queued = false;  // shoal's ops return a Work waited for at once, instead of blocking calls
   bool fresh = false;   // every line of the input rewritten before each timed op (worker.cpp)
   bool resources = false;  // print what a rank costs: init time, memory, /dev/shm, fds (resources.cpp)
+  bool model = false;      // after the run, fit the algorithm's α-β-γ model to its times (model.cpp)
   int iters = 0;    // 0 = adaptive
   int warmup = -1;  // -1 = by size (5 below 8 MiB, 2 from there)
   std::vector<std::string> argv;  // the original arguments, passed on to the ranks
 };
+
+// --model (model.cpp): the α-β-γ model of the algorithm run (src/algo/model.h) fitted to its
+// measured times, `times` (bytes, µs) one per size; printed after the table as comment lines, and
+// in the JSON. nullopt without --model.
+struct ModelFit {
+  bool fitted = false;  // two sizes or more ran
+  algo::Fit fit;
+  std::vector<size_t> sizes;
+  std::vector<double> shoal_us, model_us;
+};
+std::optional<ModelFit> fit_run(const Config& cfg, int p, const std::vector<std::pair<size_t, double>>& times);
+void print_model(const Config& cfg, const ModelFit& m);
 
 // Parses argv (without argv[0]). Throws std::invalid_argument with a message on bad input.
 Config parse_args(const std::vector<std::string>& args);

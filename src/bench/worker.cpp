@@ -316,7 +316,8 @@ void rewrite_lines(const Buffer& b) {
 // Fields per backend: shoal_us, shoal_algbw, shoal_busbw, shoal_error; for each peer X: X_us,
 // X_busbw, X_error, X_ratio (X_us / shoal_us), and "ratio" for gloo's (the field's first meaning).
 void write_json(const Config& cfg, int p, const std::string& transport_used, const Backends& be,
-                const std::optional<Floors>& floors, const std::vector<Row>& rows) {
+                const std::optional<Floors>& floors, const std::vector<Row>& rows,
+                const std::optional<ModelFit>& model) {
   std::ofstream f(cfg.json_path);
   if (!f) throw std::runtime_error("cannot write " + cfg.json_path);
   const double factor = busbw_factor(cfg.op, p);
@@ -373,7 +374,18 @@ void write_json(const Config& cfg, int p, const std::string& transport_used, con
     }
     f << "}";
   }
-  f << "\n  ]\n}\n";
+  f << "\n  ]";
+  if (model && model->fitted) {
+    const algo::Model& m = model->fit.model;
+    f << ",\n  \"model\": {\"alpha_us\": " << json_num(m.alpha * 1e6) << ", \"beta_ns_per_byte\": " << json_num(m.beta * 1e9)
+      << ", \"gamma_ns_per_byte\": " << json_num(m.gamma * 1e9)
+      << ", \"rms_relative_error\": " << json_num(model->fit.rms_relative_error) << ", \"rows\": [";
+    for (size_t i = 0; i < model->sizes.size(); ++i)
+      f << (i ? ", " : "") << "{\"bytes\": " << model->sizes[i] << ", \"shoal_us\": " << json_num(model->shoal_us[i])
+        << ", \"model_us\": " << json_num(model->model_us[i]) << "}";
+    f << "]}";
+  }
+  f << "\n}\n";
   if (!f) throw std::runtime_error("error writing " + cfg.json_path);
 }
 
@@ -615,7 +627,15 @@ int worker_main(const Config& cfg) {
     rows.push_back(row);
   }
 
-  if (rank == 0 && !cfg.json_path.empty()) write_json(cfg, p, transport_used, be, floors, rows);
+  std::optional<ModelFit> model;
+  if (rank == 0 && cfg.model) {
+    std::vector<std::pair<size_t, double>> times;
+    for (const Row& r : rows)
+      if (r.skipped.empty() && r.res[0].ran && r.res[0].error.empty()) times.emplace_back(r.bytes, r.res[0].us);
+    model = fit_run(cfg, p, times);
+    if (model) print_model(cfg, *model);
+  }
+  if (rank == 0 && !cfg.json_path.empty()) write_json(cfg, p, transport_used, be, floors, rows, model);
   if (cfg.resources) {
     std::vector<Resources> all;
     for (const auto& text : coord.exchange("resources", measure_resources(init_s).encode()))

@@ -1,0 +1,155 @@
+// The α-β-γ model (src/algo/model.h): every algorithm of the registry has a cost function, the
+// costs grow as the algorithms' designs say (latency terms against bandwidth terms, powers of two
+// against the others), and the fit finds the parameters that made a set of times.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "algo/model.h"
+#include "algo/registry.h"
+#include "shoal/error.h"
+
+namespace shoal::algo {
+namespace {
+
+constexpr OpKind kKinds[] = {OpKind::allreduce,      OpKind::broadcast, OpKind::reduce,
+                             OpKind::allgatherv,     OpKind::reduce_scatter, OpKind::gather,
+                             OpKind::scatter,        OpKind::alltoallv, OpKind::barrier};
+
+double alpha_of(OpKind k, Algo a, int p, double n = 8) { return seconds(cost_of(k, a, {p, 1}, n), Model{1, 0, 0, 0, 0}); }
+double beta_of(OpKind k, Algo a, int p, double n) { return seconds(cost_of(k, a, {p, 1}, n), Model{0, 1, 0, 0, 0}); }
+
+// Which protocol a direct op (or a hierarchical op's steps inside a host) takes for n: the small
+// one or the chunked one. Their costs grow with n each, not across the switch: the small protocol
+// has every rank read every peer's slot, which at many ranks moves more than the chunked one.
+bool small_protocol(OpKind k, Algo a, int p, double n) {
+  if (a != Algo::direct && a != Algo::hier) return false;
+  const bool per_block = k == OpKind::allgatherv || k == OpKind::gather || k == OpKind::scatter;
+  return direct_small(per_block ? n / p : n);
+}
+
+TEST(Model, EveryAlgorithmHasACostThatGrowsWithTheMessage) {
+  for (OpKind k : kKinds)
+    for (Algo a : algos_list(k))
+      for (int hosts : {1, 2, 3})
+        for (int p : {1, 2, 3, 4, 5, 8, 16, 64, 128}) {
+          if (a == Algo::hier && hosts > p) continue;
+          double last = -1;
+          bool last_small = true;
+          for (double n : {0.0, 1.0, 4096.0, 65536.0, 1048576.0, 67108864.0}) {
+            const Terms t = cost_of(k, a, {p, hosts}, n);
+            const Model m{1e-6, 1e-9, 5e-10, 2e-7, 1e-10};
+            const double s = seconds(t, m);
+            SCOPED_TRACE(std::string(op_kind_name(k)) + " " + algo_name(a) + " p=" + std::to_string(p) +
+                         " hosts=" + std::to_string(hosts) + " n=" + std::to_string(n));
+            for (double x : {t.messages, t.bytes, t.reduced, t.local_messages, t.local_bytes})
+              EXPECT_TRUE(std::isfinite(x) && x >= 0) << x;
+            const bool small = small_protocol(k, a, p, n);
+            if (small == last_small) {
+              EXPECT_GE(s, last);  // a larger message never costs less
+            }
+            if (k != OpKind::barrier && p > 1 && n > 0) {
+              EXPECT_GT(t.bytes + t.local_bytes, 0);
+            }
+            last = s, last_small = small;
+          }
+        }
+}
+
+TEST(Model, AnOpWithoutTheAlgorithmIsAnError) {
+  EXPECT_THROW(cost_of(OpKind::barrier, Algo::ring, {4, 1}, 0), InvalidArgument);
+  EXPECT_THROW(cost_of(OpKind::alltoallv, Algo::mst, {4, 1}, 1024), InvalidArgument);
+}
+
+// Latency: the trees and recursive doubling take lg p steps where rings and chains take p - 1.
+TEST(Model, TreesTakeFewerMessagesThanRings) {
+  for (int p : {8, 16, 64}) {
+    EXPECT_LT(alpha_of(OpKind::allreduce, Algo::bde, p), alpha_of(OpKind::allreduce, Algo::ring, p));
+    EXPECT_LT(alpha_of(OpKind::allreduce, Algo::mst, p), alpha_of(OpKind::allreduce, Algo::ring, p));
+    EXPECT_LT(alpha_of(OpKind::broadcast, Algo::mst, p), alpha_of(OpKind::broadcast, Algo::linear, p));
+    EXPECT_LT(alpha_of(OpKind::broadcast, Algo::mst, p), alpha_of(OpKind::broadcast, Algo::scatter_allgather, p));
+    EXPECT_LT(alpha_of(OpKind::allgatherv, Algo::rd, p), alpha_of(OpKind::allgatherv, Algo::ring, p));
+    EXPECT_LT(alpha_of(OpKind::reduce_scatter, Algo::rd, p), alpha_of(OpKind::reduce_scatter, Algo::ring, p));
+    EXPECT_LT(alpha_of(OpKind::gather, Algo::mst, p), alpha_of(OpKind::gather, Algo::linear, p));
+    EXPECT_EQ(alpha_of(OpKind::barrier, Algo::rd, p), std::log2(p));
+  }
+  // The direct ops' small protocol: one round, no barrier, whatever p.
+  EXPECT_EQ(alpha_of(OpKind::allreduce, Algo::direct, 64, 4096), 1);
+  EXPECT_EQ(alpha_of(OpKind::barrier, Algo::direct, 64), 1);
+}
+
+// Bandwidth: the ring and Rabenseifner's algorithm move 2(p-1)/p·n, a tree lg p times n.
+TEST(Model, RingsMoveFewerBytesThanTreesOnLargeMessages) {
+  const double n = 64 << 20;
+  for (int p : {4, 8, 16}) {
+    EXPECT_DOUBLE_EQ(beta_of(OpKind::allreduce, Algo::ring, p, n), 2.0 * (p - 1) / p * n);
+    EXPECT_DOUBLE_EQ(beta_of(OpKind::allreduce, Algo::bde, p, n), 2.0 * (p - 1) / p * n);
+    EXPECT_LT(beta_of(OpKind::allreduce, Algo::ring, p, n), beta_of(OpKind::allreduce, Algo::mst, p, n));
+    EXPECT_LT(beta_of(OpKind::broadcast, Algo::scatter_allgather, p, n), beta_of(OpKind::broadcast, Algo::mst, p, n));
+    EXPECT_LT(beta_of(OpKind::broadcast, Algo::ring, p, n), beta_of(OpKind::broadcast, Algo::mst, p, n));
+  }
+}
+
+// A group that is not a power of two folds ranks in and out: BDE and recursive halving cost more
+// at 6 ranks than at 4 or 8; the ring does not care.
+TEST(Model, FoldingCostsWhereTheGroupIsNotAPowerOfTwo) {
+  const double n = 1 << 20;
+  for (OpKind k : {OpKind::allreduce, OpKind::reduce_scatter}) {
+    const Algo a = k == OpKind::allreduce ? Algo::bde : Algo::rd;
+    EXPECT_GT(beta_of(k, a, 6, n), beta_of(k, a, 8, n));
+    EXPECT_GT(alpha_of(k, a, 6), alpha_of(k, a, 4));
+  }
+  EXPECT_LT(beta_of(OpKind::allreduce, Algo::ring, 6, n), beta_of(OpKind::allreduce, Algo::ring, 8, n));
+}
+
+// The hierarchical allreduce crosses the network between the hosts' leaders only: its network
+// bytes are those of an allreduce among the hosts, whatever the ranks per host.
+TEST(Model, HierarchicalOpsCountTheNetworkAndTheHostsApart) {
+  const double n = 1 << 20;
+  for (int p : {8, 32}) {
+    const Terms t = cost_of(OpKind::allreduce, Algo::hier, {p, 2}, n);
+    EXPECT_DOUBLE_EQ(t.bytes, cost_of(OpKind::allreduce, Algo::bde, {2, 1}, n).bytes);
+    EXPECT_GT(t.local_bytes, 0);
+    EXPECT_LT(t.bytes, cost_of(OpKind::allreduce, Algo::ring, {p, 1}, n).bytes);
+  }
+}
+
+// Times made by a known model, from two ops whose terms tell α, β and γ apart, give that model back.
+TEST(Model, TheFitFindsTheParametersThatMadeTheTimes) {
+  const Model truth{2.5e-6, 0.4e-9, 0.15e-9, 0, 0};
+  std::vector<Terms> terms;
+  std::vector<double> secs;
+  for (double n : {8.0, 4096.0, 262144.0, 16777216.0}) {
+    for (auto [k, a] : {std::pair{OpKind::allreduce, Algo::ring}, std::pair{OpKind::allgatherv, Algo::ring}}) {
+      terms.push_back(cost_of(k, a, {4, 1}, n));
+      secs.push_back(seconds(terms.back(), truth));
+    }
+  }
+  const Fit f = fit_model(terms, secs);
+  EXPECT_NEAR(f.model.alpha / truth.alpha, 1, 1e-6);
+  EXPECT_NEAR(f.model.beta / truth.beta, 1, 1e-6);
+  EXPECT_NEAR(f.model.gamma / truth.gamma, 1, 1e-6);
+  EXPECT_LT(f.rms_relative_error, 1e-9);
+}
+
+// One op alone cannot tell β from γ (its bytes moved and reduced keep one ratio): the fit keeps
+// one of them, never a negative value, and still explains the times.
+TEST(Model, TermsThatMoveTogetherFitAsOne) {
+  const Model truth{1e-6, 0.5e-9, 0.2e-9, 0, 0};
+  std::vector<Terms> terms;
+  std::vector<double> secs;
+  for (double n : {64.0, 65536.0, 4194304.0}) {
+    terms.push_back(cost_of(OpKind::allreduce, Algo::ring, {4, 1}, n));
+    secs.push_back(seconds(terms.back(), truth) * (n == 65536.0 ? 1.1 : 1.0));  // one noisy size
+  }
+  const Fit f = fit_model(terms, secs);
+  EXPECT_GE(f.model.alpha, 0);
+  EXPECT_GE(f.model.beta, 0);
+  EXPECT_GE(f.model.gamma, 0);
+  EXPECT_TRUE(f.model.beta == 0 || f.model.gamma == 0);
+  EXPECT_LT(f.rms_relative_error, 0.1);
+  EXPECT_NEAR(seconds(terms.back(), f.model) / secs.back(), 1, 0.1);
+}
+
+}  // namespace
+}  // namespace shoal::algo
