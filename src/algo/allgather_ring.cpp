@@ -4,8 +4,9 @@
 // largest block per step: Σ_steps max_len·β in the worst case, since the ring moves in lockstep).
 //
 // Each rank sends only to its right neighbour and receives only from its left one, so every link
-// carries (p-1)/p·n and no rank's bandwidth is shared: bandwidth-optimal, and the choice above a
-// few tens of KiB off-host, where its p-1 latency terms no longer matter. Every step is cut into
+// carries (p-1)/p·n and no rank's bandwidth is shared: bandwidth-optimal, and the choice off-host
+// from the measured switch allgather.rd_below (cost.h), where its p-1 latency terms no longer
+// matter. Every step is cut into
 // kChunkBytes messages, each forwarded at the next step as soon as it lands, so the steps
 // overlap. All receives go up front (each has its own place in the output), so nothing waits on
 // buffer space.

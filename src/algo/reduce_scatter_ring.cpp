@@ -6,7 +6,8 @@
 // block (rank-s-2) from the left one and fold this rank's own contribution into it; after p-1
 // steps block `rank` holds every contribution. Like the ring allgather it is bandwidth-optimal
 // (each rank sends and receives (p-1)/p·n once, reduces (p-1)/p·n), so it is the choice for large
-// messages; its p-1 latency terms make recursive halving better below ~64 KiB.
+// messages; its p-1 latency terms make recursive halving better below the measured switch
+// reduce_scatter.halving_below (cost.h).
 //
 // Pipelining: each step moves kChunkBytes messages; a chunk is reduced as soon as it lands and
 // sent on at the next step right away, while the following chunks are already posted. Two
