@@ -24,7 +24,7 @@ double beta_of(OpKind k, Algo a, int p, double n) { return seconds(cost_of(k, a,
 // has every rank read every peer's slot, which at many ranks moves more than the chunked one.
 bool small_protocol(OpKind k, Algo a, int p, double n) {
   if (a != Algo::direct && a != Algo::hier) return false;
-  const bool per_block = k == OpKind::allgatherv || k == OpKind::gather || k == OpKind::scatter;
+  const bool per_block = k == OpKind::allgatherv || k == OpKind::gather;  // their small test is per block
   return direct_small(per_block ? n / p : n);
 }
 
@@ -103,15 +103,41 @@ TEST(Model, FoldingCostsWhereTheGroupIsNotAPowerOfTwo) {
 }
 
 // The hierarchical allreduce crosses the network between the hosts' leaders only: its network
-// bytes are those of an allreduce among the hosts, whatever the ranks per host.
+// terms do not grow with the ranks per host, and stay under the flat ring's.
 TEST(Model, HierarchicalOpsCountTheNetworkAndTheHostsApart) {
   const double n = 1 << 20;
+  const Terms t8 = cost_of(OpKind::allreduce, Algo::hier, {8, 2}, n);
+  const Terms t32 = cost_of(OpKind::allreduce, Algo::hier, {32, 2}, n);
+  EXPECT_EQ(t8.bytes, t32.bytes);
+  EXPECT_EQ(t8.messages, t32.messages);
+  EXPECT_LT(t8.local_messages, t32.local_messages);
   for (int p : {8, 32}) {
-    const Terms t = cost_of(OpKind::allreduce, Algo::hier, {p, 2}, n);
-    EXPECT_DOUBLE_EQ(t.bytes, cost_of(OpKind::allreduce, Algo::bde, {2, 1}, n).bytes);
-    EXPECT_GT(t.local_bytes, 0);
-    EXPECT_LT(t.bytes, cost_of(OpKind::allreduce, Algo::ring, {p, 1}, n).bytes);
+    EXPECT_LT(cost_of(OpKind::allreduce, Algo::hier, {p, 2}, n).bytes, cost_of(OpKind::allreduce, Algo::ring, {p, 1}, n).bytes);
+    EXPECT_LT(cost_of(OpKind::broadcast, Algo::hier, {p, 4}, n).messages, cost_of(OpKind::broadcast, Algo::mst, {p, 1}, n).messages);
   }
+}
+
+// The direct ops' barriers: one per chunk and one more (allreduce and reduce: two more), chunks cut
+// as each op's file cuts them with the default 16 MiB scratch. The counts below are worked out by
+// hand from those files for 4 ranks (chunk_target: 16 MiB / 8 = 2 MiB).
+TEST(Model, DirectOpsCountTheirChunksAsTheirFilesCutThem) {
+  auto barriers = [](OpKind k, double n) { return cost_of(k, Algo::direct, {4, 1}, n).messages; };
+  const double K = 1024, M = K * K;
+  EXPECT_EQ(barriers(OpKind::allreduce, 256 * K), 1 + 2);    // chunk max(64 KiB·4, n/4) = 256 KiB
+  EXPECT_EQ(barriers(OpKind::allreduce, 16 * M), 8 + 2);     // chunk 2 MiB
+  EXPECT_EQ(barriers(OpKind::broadcast, 1 * M), 1 + 1);      // chunk 2 MiB, no 4-chunk minimum
+  EXPECT_EQ(barriers(OpKind::broadcast, 5 * M), 3 + 1);
+  EXPECT_EQ(barriers(OpKind::allgatherv, 16 * M), 2 + 1);    // blocks of 4 MiB in 2 MiB chunks
+  EXPECT_EQ(barriers(OpKind::gather, 16 * M), 2 + 1);
+  EXPECT_EQ(barriers(OpKind::scatter, 16 * M), 3 + 1);  // pieces of min(slot / 4, 2 MiB): the slot is just
+                                                          // under 8 MiB (the small area takes 164 KiB)
+  EXPECT_EQ(barriers(OpKind::reduce_scatter, 16 * M), 8 + 1);  // pieces of 2 MiB / 4 of each block
+  EXPECT_EQ(barriers(OpKind::alltoallv, 16 * M), 8 + 1);     // blocks of 4 MiB in pieces of 512 KiB
+  EXPECT_EQ(barriers(OpKind::alltoallv, 1 * M), 4 + 1);      // pieces of max(64 KiB, 256 KiB / 4)
+  // The small protocol: up to 8 KiB in a slot (allgather and gather: a block; scatter: all).
+  EXPECT_EQ(barriers(OpKind::allgatherv, 32 * K), 1);
+  EXPECT_GT(barriers(OpKind::scatter, 32 * K), 1);
+  EXPECT_EQ(barriers(OpKind::scatter, 8 * K), 1);
 }
 
 // Times made by a known model, from two ops whose terms tell α, β and γ apart, give that model back.
@@ -149,6 +175,25 @@ TEST(Model, TermsThatMoveTogetherFitAsOne) {
   EXPECT_TRUE(f.model.beta == 0 || f.model.gamma == 0);
   EXPECT_LT(f.rms_relative_error, 0.1);
   EXPECT_NEAR(seconds(terms.back(), f.model) / secs.back(), 1, 0.1);
+}
+
+TEST(Model, TheFitLeavesOutTimesThatAreNotTimesAndRefusesUnequalRows) {
+  const Model truth{2e-6, 1e-9, 0, 0, 0};
+  std::vector<Terms> terms;
+  std::vector<double> secs;
+  for (double n : {8.0, 65536.0, 4194304.0}) {
+    terms.push_back(cost_of(OpKind::allgatherv, Algo::ring, {4, 1}, n));
+    secs.push_back(seconds(terms.back(), truth));
+  }
+  terms.push_back(terms[0]), secs.push_back(INFINITY);
+  terms.push_back(terms[1]), secs.push_back(0);
+  const Fit f = fit_model(terms, secs);
+  EXPECT_EQ(f.rows, 3u);
+  EXPECT_NEAR(f.model.alpha / truth.alpha, 1, 1e-6);
+  EXPECT_NEAR(f.model.beta / truth.beta, 1, 1e-6);
+  EXPECT_TRUE(std::isnan(fit_model({}, {}).rms_relative_error));
+  secs.pop_back();
+  EXPECT_THROW(fit_model(terms, secs), InvalidArgument);
 }
 
 }  // namespace

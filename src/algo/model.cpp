@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "algo/direct_common.h"
+#include "base/params.h"
+#include "shoal/error.h"
 
 namespace shoal::algo {
 
@@ -30,14 +33,24 @@ int pof2_floor(int p) {
   return q;
 }
 
-double direct_chunks(int p, double n) {
-  const double target = std::clamp(static_cast<double>(direct::kWorkingSetBytes) / (2.0 * p),
-                                    static_cast<double>(direct::kMinChunkBytes), static_cast<double>(direct::kMaxChunkBytes));
-  const double chunk = std::min(target, std::max(static_cast<double>(direct::kMinChunkBytes), n / direct::kMinChunks));
-  return std::max(1.0, std::ceil(n / chunk));
+double direct_target(int p) {
+  return std::clamp(static_cast<double>(direct::kWorkingSetBytes) / (2.0 * p), static_cast<double>(direct::kMinChunkBytes),
+                    static_cast<double>(direct::kMaxChunkBytes));
 }
 
-bool direct_small(double slot_bytes) { return slot_bytes <= static_cast<double>(direct::kSmallBytes); }
+double direct_chunks(double bytes, double chunk) { return std::max(1.0, std::ceil(bytes / chunk)); }
+
+double direct_pipelined(double chunk, double bytes, double least) {
+  return std::min(chunk, std::max(least, bytes / static_cast<double>(direct::kMinChunks)));
+}
+
+double direct_slot() {
+  // SHOAL_SHM_SCRATCH as the rendezvous reads it (core/rendezvous.h: ShmSizes, 16 MiB by default).
+  const double scratch = static_cast<double>(params::bytes("SHOAL_SHM_SCRATCH").value_or(size_t(16) << 20));
+  return (scratch - direct::kHeaderBytes - static_cast<double>(direct::kSmallArea)) / 2;
+}
+
+bool direct_small(double bytes) { return direct::small_fits(static_cast<size_t>(bytes)); }
 
 namespace {
 
@@ -71,16 +84,25 @@ bool solve(const std::vector<Terms>& terms, const std::vector<double>& secs, con
       for (size_t c = 0; c < k; ++c) a[r * k + c] += xr * term(terms[i], use[c]) * w;
     }
   }
-  // Gaussian elimination with partial pivoting. Terms that move together (an allreduce moves twice
-  // the bytes it reduces at every size) make the matrix singular up to rounding: a pivot that
-  // small says so.
-  double scale = 0;
-  for (size_t r = 0; r < k; ++r) scale = std::max(scale, std::fabs(a[r * k + r]));
+  // Each column scaled to a unit diagonal, so that messages (tens) and bytes (millions) weigh
+  // alike in the test below; x is scaled back after.
+  std::vector<double> d(k);
+  for (size_t r = 0; r < k; ++r) {
+    if (!(a[r * k + r] > 0)) return false;
+    d[r] = 1.0 / std::sqrt(a[r * k + r]);
+  }
+  for (size_t r = 0; r < k; ++r) {
+    b[r] *= d[r];
+    for (size_t c = 0; c < k; ++c) a[r * k + c] *= d[r] * d[c];
+  }
+  // Gaussian elimination with partial pivoting. Terms that move together (the ring allreduce moves
+  // twice the bytes it reduces at every size) make the matrix singular up to rounding: a pivot
+  // that small says so.
   for (size_t col = 0; col < k; ++col) {
     size_t piv = col;
     for (size_t r = col + 1; r < k; ++r)
       if (std::fabs(a[r * k + col]) > std::fabs(a[piv * k + col])) piv = r;
-    if (!(std::fabs(a[piv * k + col]) > 1e-9 * scale)) return false;
+    if (!(std::fabs(a[piv * k + col]) > 1e-9)) return false;
     if (piv != col) {
       for (size_t c = 0; c < k; ++c) std::swap(a[piv * k + c], a[col * k + c]);
       std::swap(b[piv], b[col]);
@@ -99,6 +121,7 @@ bool solve(const std::vector<Terms>& terms, const std::vector<double>& secs, con
   }
   out = Model{};
   for (size_t r = 0; r < k; ++r) {
+    x[r] *= d[r];
     if (!(x[r] >= 0)) return false;  // negative or NaN: not a model
     set(out, use[r], x[r]);
   }
@@ -111,27 +134,30 @@ double rms_relative(const std::vector<Terms>& terms, const std::vector<double>& 
     const double e = (seconds(terms[i], m) - secs[i]) / secs[i];
     s += e * e;
   }
-  return terms.empty() ? 0 : std::sqrt(s / static_cast<double>(terms.size()));
+  return terms.empty() ? NAN : std::sqrt(s / static_cast<double>(terms.size()));
 }
 
 }  // namespace
 
 Fit fit_model(const std::vector<Terms>& terms, const std::vector<double>& secs) {
+  if (terms.size() != secs.size())
+    throw InvalidArgument("fit_model: " + std::to_string(terms.size()) + " rows of terms and " +
+                          std::to_string(secs.size()) + " times");
+  std::vector<Terms> t;
+  std::vector<double> s;
+  for (size_t i = 0; i < terms.size(); ++i)
+    if (secs[i] > 0 && std::isfinite(secs[i])) t.push_back(terms[i]), s.push_back(secs[i]);
   // The parameters whose term is non-zero somewhere; every subset of them is tried (at most 2^5),
   // and the best fit with no negative parameter kept: a non-negative least squares small enough
   // to solve by enumeration.
   std::vector<int> present;
   for (int j = 0; j < kParams; ++j)
-    for (size_t i = 0; i < terms.size(); ++i)
-      if (term(terms[i], j) != 0 && secs[i] > 0) {
+    for (const Terms& x : t)
+      if (term(x, j) != 0) {
         present.push_back(j);
         break;
       }
-  std::vector<Terms> t;
-  std::vector<double> s;
-  for (size_t i = 0; i < terms.size(); ++i)
-    if (secs[i] > 0) t.push_back(terms[i]), s.push_back(secs[i]);
-  Fit best{Model{}, rms_relative(t, s, Model{})};
+  Fit best{Model{}, rms_relative(t, s, Model{}), t.size()};
   for (unsigned mask = 1; mask < (1u << present.size()); ++mask) {
     std::vector<int> use;
     for (size_t j = 0; j < present.size(); ++j)
@@ -139,7 +165,7 @@ Fit fit_model(const std::vector<Terms>& terms, const std::vector<double>& secs) 
     Model m;
     if (!solve(t, s, use, m)) continue;
     const double e = rms_relative(t, s, m);
-    if (e < best.rms_relative_error) best = Fit{m, e};
+    if (e < best.rms_relative_error) best = Fit{m, e, t.size()};
   }
   return best;
 }

@@ -33,8 +33,8 @@ struct Terms {
 };
 Terms operator+(const Terms& a, const Terms& b);
 
-// Seconds per term. On one host every flat algorithm's messages go over shared memory, so α and β
-// are shared memory's there and the network's in a group spanning hosts.
+// Seconds per term: α and β are those of the links the group's flat algorithms use (shared
+// memory on one host, unless SHOAL_TRANSPORT=tcp; the network across hosts).
 struct Model {
   double alpha = 0;
   double beta = 0;
@@ -55,18 +55,26 @@ Terms cost_of(OpKind k, Algo a, Shape s, double n);
 // Helpers of the cost functions.
 double lg_ceil(int p);          // ⌈lg p⌉
 int pof2_floor(int p);          // the largest power of two ≤ p
-// The number of chunks a direct op cuts n bytes into (direct_common.h: chunk_target, pipelined),
-// approximately: the slot's size is not known here.
-double direct_chunks(int p, double n);
-// Whether a direct op putting `slot_bytes` in each rank's slot runs the small protocol (no barrier).
-bool direct_small(double slot_bytes);
+// A direct op's bytes per chunk (direct_common.h: chunk_target), with the default scratch.
+double direct_target(int p);
+// A direct op's number of chunks (pipeline phases) for `bytes` cut into pieces of `chunk`.
+double direct_chunks(double bytes, double chunk);
+// direct_common.h's `pipelined`: `chunk`, made smaller where that gives kMinChunks chunks of at
+// least `least`.
+double direct_pipelined(double chunk, double bytes, double least);
+// The data slot of the default scratch (SHOAL_SHM_SCRATCH), in bytes.
+double direct_slot();
+// Whether a direct op whose small test reads `bytes` runs the small protocol (no barrier).
+bool direct_small(double bytes);
 
 // The model whose predictions best match `seconds` (one time per row of `terms`), by least squares
-// on the relative error, every parameter ≥ 0; a term that is zero in every row keeps 0.
-// `rms_relative_error`: of the fitted model over the rows.
+// on the relative error, every parameter ≥ 0; a term that is zero in every row keeps 0. Rows with
+// a time that is not finite and positive are left out. `rms_relative_error`: of the fitted model
+// over the rows used (NaN when none). Throws InvalidArgument if the two vectors differ in length.
 struct Fit {
   Model model;
   double rms_relative_error = 0;
+  size_t rows = 0;  // rows used
 };
 Fit fit_model(const std::vector<Terms>& terms, const std::vector<double>& seconds);
 

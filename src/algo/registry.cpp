@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "algo/common.h"
+#include "algo/direct_common.h"
 #include "algo/model.h"
 #include "shoal/error.h"
 
@@ -19,31 +20,43 @@ struct Entry {
   Algo algo;
   Needs needs;
   Fn fn;
-  CostFn cost;  // its α-β-γ cost (model.h); the formulas are docs/algorithms.md's table
+  CostFn cost;  // its α-β-γ cost (model.h): the formulas of docs/algorithms.md's table
 };
 
-// Helpers of the cost functions: (p-1)/p, a direct op's chunk count, a host's ranks.
+// Helpers of the cost functions: (p-1)/p, a host's ranks.
 double share(int p) { return (p - 1.0) / p; }
-double chunks(int p, double n) { return direct_chunks(p, n); }
 int local(Shape s) { return std::max(1, s.p / std::max(1, s.hosts)); }
 // The part of a hierarchical op inside each host (a flat cost counted with the local α and β).
 Terms in_host(Terms t) { return {0, 0, t.reduced, t.messages, t.bytes}; }
 
-// One shot or two shot is a measured choice (cost.h); the model is two shot's above the small
-// protocol.
+// The direct ops: the small protocol (one round, no barrier) where their small test passes, else
+// one barrier per chunk (pipeline phase) and one more, chunks cut as each op's file cuts them.
+// Allreduce and reduce: one shot or two shot is a measured choice (cost.h); the model is two
+// shot's.
 Terms allreduce_direct_cost(Shape s, double n) {
   const int p = s.p;
   if (direct_small(n)) return {1, (p + 1) * n, (p - 1) * n};
-  return {chunks(p, n) + 2, 3 * n, share(p) * n};
+  const double chunk = direct_pipelined(direct_target(p), n, static_cast<double>(direct::kMinChunkBytes) * p);
+  return {direct_chunks(n, chunk) + 2, 3 * n, share(p) * n};
 }
 Terms reduce_direct_cost(Shape s, double n) {
   const int p = s.p;
   if (direct_small(n)) return {1, (p + 1) * n, (p - 1) * n};
-  return {chunks(p, n) + 2, 2 * n, share(p) * n};
+  const double chunk = direct_pipelined(direct_target(p), n, static_cast<double>(direct::kMinChunkBytes) * p);
+  return {direct_chunks(n, chunk) + 2, 2 * n, share(p) * n};
 }
-Terms broadcast_direct_cost(Shape s, double n) { return {direct_small(n) ? 1 : chunks(s.p, n) + 1, 2 * n, 0}; }
+Terms broadcast_direct_cost(Shape s, double n) {
+  return {direct_small(n) ? 1 : direct_chunks(n, direct_target(s.p)) + 1, 2 * n, 0};
+}
+// Allgather: each rank copies its block in (and into its own output) and every other block out.
 Terms allgather_direct_cost(Shape s, double n) {
-  return {direct_small(n / s.p) ? 1 : chunks(s.p, n) + 1, n + n / s.p, 0};
+  const double block = n / s.p;
+  return {direct_small(block) ? 1 : direct_chunks(block, direct_target(s.p)) + 1, n + block, 0};
+}
+// Gather: the root copies its own block and the others' out of their slots.
+Terms gather_direct_cost(Shape s, double n) {
+  const double block = n / s.p;
+  return {direct_small(block) ? 1 : direct_chunks(block, direct_target(s.p)) + 1, n, 0};
 }
 Terms bde_cost(Shape s, double n) {  // allreduce: recursive halving, recursive doubling; others folded in
   const int q = pof2_floor(s.p);
@@ -54,7 +67,10 @@ Terms bde_cost(Shape s, double n) {  // allreduce: recursive halving, recursive 
 Terms allreduce_ring_cost(Shape s, double n) { return {2.0 * (s.p - 1), 2 * share(s.p) * n, share(s.p) * n}; }
 Terms broadcast_binomial_cost(Shape s, double n) { return {lg_ceil(s.p), lg_ceil(s.p) * n, 0}; }
 Terms reduce_binomial_cost(Shape s, double n) { return {lg_ceil(s.p), lg_ceil(s.p) * n, lg_ceil(s.p) * n}; }
+Terms gather_binomial_cost(Shape s, double n) { return {lg_ceil(s.p), share(s.p) * n, 0}; }
 
+// The hierarchical ops' steps inside a host run the flat point-to-point algorithms of a subgroup
+// over links (hierarchical.cpp), modelled here by the binomial trees.
 constexpr Entry<AllreduceFn> kAllreduce[] = {
     {Algo::ring, Needs::any, allreduce_ring, allreduce_ring_cost},
     {Algo::bde, Needs::any, allreduce_bde, bde_cost},
@@ -66,7 +82,7 @@ constexpr Entry<AllreduceFn> kAllreduce[] = {
     {Algo::hier, Needs::several_hosts, allreduce_hier,
      [](Shape s, double n) {
        const Shape l{local(s), 1}, h{s.hosts, s.hosts};
-       return in_host(reduce_direct_cost(l, n)) + bde_cost(h, n) + in_host(broadcast_direct_cost(l, n));
+       return in_host(reduce_binomial_cost(l, n)) + bde_cost(h, n) + in_host(broadcast_binomial_cost(l, n));
      }},
 };
 constexpr Entry<BroadcastFn> kBroadcast[] = {
@@ -81,9 +97,12 @@ constexpr Entry<BroadcastFn> kBroadcast[] = {
      [](Shape s, double n) { return Terms{lg_ceil(s.p) + s.p - 1, 2 * share(s.p) * n, 0}; }},
     {Algo::linear, Needs::any, broadcast_linear, [](Shape s, double n) { return Terms{s.p - 1.0, (s.p - 1) * n, 0}; }},
     {Algo::direct, Needs::shm, broadcast_direct, broadcast_direct_cost},
+    // One tree pipelined end to end in kChunkBytes messages: the root's network link carries
+    // ⌈lg h⌉·n; the tree inside each host adds ⌈lg l⌉ steps of one chunk.
     {Algo::hier, Needs::several_hosts, broadcast_hier,
      [](Shape s, double n) {
-       return broadcast_binomial_cost({s.hosts, s.hosts}, n) + in_host(broadcast_direct_cost({local(s), 1}, n));
+       const double lh = lg_ceil(s.hosts), ll = lg_ceil(local(s)), c = std::min(n, static_cast<double>(kChunkBytes));
+       return Terms{lh, lh * n, 0, ll, ll * c};
      }},
 };
 constexpr Entry<RootedFn> kReduce[] = {
@@ -94,7 +113,7 @@ constexpr Entry<RootedFn> kReduce[] = {
     {Algo::direct, Needs::shm, reduce_direct, reduce_direct_cost},
     {Algo::hier, Needs::several_hosts, reduce_hier,
      [](Shape s, double n) {
-       return in_host(reduce_direct_cost({local(s), 1}, n)) + reduce_binomial_cost({s.hosts, s.hosts}, n);
+       return in_host(reduce_binomial_cost({local(s), 1}, n)) + reduce_binomial_cost({s.hosts, s.hosts}, n);
      }},
 };
 constexpr Entry<AllgathervFn> kAllgatherv[] = {
@@ -105,13 +124,13 @@ constexpr Entry<AllgathervFn> kAllgatherv[] = {
        return Terms{lg_ceil(s.p), share(s.p) * n + (pof2_floor(s.p) == s.p ? 0 : 2 * n), 0};
      }},
     {Algo::direct, Needs::shm, allgatherv_direct, allgather_direct_cost},
-    // Leader form: gather inside each host, allgather between the leaders, broadcast inside each host.
+    // Leader form: gather inside each host, a ring allgather between the leaders, broadcast inside
+    // each host.
     {Algo::hier, Needs::several_hosts, allgatherv_hier,
      [](Shape s, double n) {
        const Shape l{local(s), 1};
-       const double host_bytes = n / std::max(1, s.hosts);
-       return in_host(Terms{l.p - 1.0, host_bytes, 0}) + Terms{s.hosts - 1.0, share(s.hosts) * n, 0} +
-              in_host(broadcast_direct_cost(l, n));
+       return in_host(gather_binomial_cost(l, n / std::max(1, s.hosts))) + Terms{s.hosts - 1.0, share(s.hosts) * n, 0} +
+              in_host(broadcast_binomial_cost(l, n));
      }},
 };
 constexpr Entry<ReduceScatterFn> kReduceScatter[] = {
@@ -127,25 +146,38 @@ constexpr Entry<ReduceScatterFn> kReduceScatter[] = {
        return t;
      }},
     {Algo::direct, Needs::shm, reduce_scatter_direct,
-     [](Shape s, double n) { return Terms{direct_small(n) ? 1 : chunks(s.p, n) + 1, 2 * n, share(s.p) * n}; }},
+     [](Shape s, double n) {
+       const double chunk = std::min(direct_slot(), direct_target(s.p));  // a piece of each block a phase
+       return Terms{direct_small(n) ? 1 : direct_chunks(n, chunk) + 1, 2 * n, share(s.p) * n};
+     }},
 };
 // Gather and scatter: n is the root's whole buffer.
 constexpr Entry<RootedFn> kGather[] = {
-    {Algo::mst, Needs::any, gather_binomial, [](Shape s, double n) { return Terms{lg_ceil(s.p), share(s.p) * n, 0}; }},
+    {Algo::mst, Needs::any, gather_binomial, gather_binomial_cost},
     {Algo::linear, Needs::any, gather_linear, [](Shape s, double n) { return Terms{s.p - 1.0, share(s.p) * n, 0}; }},
-    {Algo::direct, Needs::shm, gather_direct, allgather_direct_cost},
+    {Algo::direct, Needs::shm, gather_direct, gather_direct_cost},
 };
 constexpr Entry<RootedFn> kScatter[] = {
     {Algo::mst, Needs::any, scatter_binomial, [](Shape s, double n) { return Terms{lg_ceil(s.p), share(s.p) * n, 0}; }},
     {Algo::linear, Needs::any, scatter_linear, [](Shape s, double n) { return Terms{s.p - 1.0, share(s.p) * n, 0}; }},
+    // The root copies the others' blocks in, each rank copies its own out.
     {Algo::direct, Needs::shm, scatter_direct,
-     [](Shape s, double n) { return Terms{direct_small(n / s.p) ? 1 : chunks(s.p, n) + 1, 2 * share(s.p) * n, 0}; }},
+     [](Shape s, double n) {
+       const double block = n / s.p, piece = std::min(direct_slot() / s.p, direct_target(s.p));
+       return Terms{direct_small(n) ? 1 : direct_chunks(block, piece) + 1, 2 * share(s.p) * n, 0};
+     }},
 };
 // alltoall(v): n is what each rank sends in all.
 constexpr Entry<AlltoallvFn> kAlltoallv[] = {
     {Algo::ring, Needs::any, alltoallv_pairwise, [](Shape s, double n) { return Terms{s.p - 1.0, share(s.p) * n, 0}; }},
+    // Equal blocks: a piece of each block a phase (direct_alltoall.cpp: alltoall_piece).
     {Algo::direct, Needs::shm, alltoallv_direct,
-     [](Shape s, double n) { return Terms{direct_small(n) ? 1 : chunks(s.p, n) + 1, 2 * n, 0}; }},
+     [](Shape s, double n) {
+       const double block = n / s.p;
+       const double piece = std::max(64.0, direct_pipelined(direct_target(s.p) / s.p, block,
+                                                           static_cast<double>(direct::kMinChunkBytes)));
+       return Terms{direct_small(n) ? 1 : direct_chunks(block, piece) + 1, 2 * n, 0};
+     }},
 };
 constexpr Entry<BarrierFn> kBarrier[] = {
     {Algo::rd, Needs::any, barrier_dissemination, [](Shape s, double) { return Terms{lg_ceil(s.p), 0, 0}; }},

@@ -207,9 +207,7 @@ Config parse_args(const std::vector<std::string>& args) {
   if (!have_e) c.max_bytes = c.min_bytes;
   if (c.max_bytes < c.min_bytes) throw std::invalid_argument("-e MAX is below -b MIN");
   if (c.op == Op::sendrecv && c.ranks < 2) throw std::invalid_argument("sendrecv needs -n 2 or more");
-  if (c.model && (c.algo == Algo::automatic || c.algo == Algo::hier || c.op == Op::sendrecv))
-    throw std::invalid_argument("--model needs --algo naming one algorithm of the op (not auto; hier's model needs "
-                                "the hosts, which the bench does not know), and a collective (not sendrecv)");
+  if (c.model) check_model_args(c);
   bool reduction = c.op == Op::allreduce || c.op == Op::reduce || c.op == Op::reduce_scatter;
   if (reduction && !reduce_op_supported(c.dtype, c.rop))
     throw std::invalid_argument(std::string("--op ") + reduce_op_name(c.rop) + " is not defined on " +

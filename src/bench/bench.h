@@ -64,6 +64,9 @@ struct ModelFit {
   std::vector<size_t> sizes;
   std::vector<double> shoal_us, model_us;
 };
+// Throws std::invalid_argument unless --model can fit: one algorithm the op has (not auto; not
+// hier, whose model needs the hosts), 2 ranks or more, and shared memory for direct.
+void check_model_args(const Config& cfg);
 std::optional<ModelFit> fit_run(const Config& cfg, int p, const std::vector<std::pair<size_t, double>>& times);
 void print_model(const Config& cfg, const ModelFit& m);
 

@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "algo/model.h"
+#include "algo/registry.h"
 #include "bench/bench.h"
 
 namespace shoal::bench {
@@ -32,6 +34,19 @@ std::optional<OpKind> kind_of(Op op) {
 }
 
 }  // namespace
+
+void check_model_args(const Config& cfg) {
+  const auto k = kind_of(cfg.op);
+  if (!k || cfg.algo == Algo::automatic || cfg.algo == Algo::hier)
+    throw std::invalid_argument("--model needs --algo naming one algorithm of the op (not auto; hier's model needs "
+                                "the hosts, which the bench does not know), and a collective (not sendrecv)");
+  if (!has_algo(*k, cfg.algo))
+    throw std::invalid_argument(std::string("--model: ") + op_name(cfg.op) + " has no algorithm '" + cfg.algo_str +
+                                "' (it has: " + algos_of(*k) + ")");
+  if (cfg.ranks < 2) throw std::invalid_argument("--model needs -n 2 or more: one rank sends nothing");
+  if (cfg.algo == Algo::direct && cfg.transport == "tcp")
+    throw std::invalid_argument("--model: direct needs shared memory, not --transport tcp");
+}
 
 std::optional<ModelFit> fit_run(const Config& cfg, int p, const std::vector<std::pair<size_t, double>>& times) {
   using namespace algo;
@@ -67,6 +82,9 @@ void print_model(const Config& cfg, const ModelFit& m) {
               "gamma = %.3g ns/B (a byte reduced); rms relative error %.0f%%\n",
               f.alpha * 1e6, f.beta * 1e9, f.gamma * 1e9, m.fit.rms_relative_error * 100);
   std::printf("# model: (a parameter at 0 is one the run's times did not need, or could not tell apart from another)\n");
+  if (cfg.algo == Algo::direct)
+    std::printf("# model: (direct: the model is the path through the scratch; where measured costs choose one shot, "
+                "single copy or, for alltoall, the pairwise exchange, those sizes ran another path)\n");
   std::printf("# %12s %12s %12s %12s\n", "size (B)", "shoal (us)", "model (us)", "shoal/model");
   for (size_t i = 0; i < m.sizes.size(); ++i)
     std::printf("# %12zu %12.2f %12.2f %12.2f\n", m.sizes[i], m.shoal_us[i], m.model_us[i],

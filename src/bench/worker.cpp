@@ -375,9 +375,10 @@ void write_json(const Config& cfg, int p, const std::string& transport_used, con
     f << "}";
   }
   f << "\n  ]";
+  if (model && !model->fitted) f << ",\n  \"model\": {\"fitted\": false}";
   if (model && model->fitted) {
     const algo::Model& m = model->fit.model;
-    f << ",\n  \"model\": {\"alpha_us\": " << json_num(m.alpha * 1e6) << ", \"beta_ns_per_byte\": " << json_num(m.beta * 1e9)
+    f << ",\n  \"model\": {\"fitted\": true, \"alpha_us\": " << json_num(m.alpha * 1e6) << ", \"beta_ns_per_byte\": " << json_num(m.beta * 1e9)
       << ", \"gamma_ns_per_byte\": " << json_num(m.gamma * 1e9)
       << ", \"rms_relative_error\": " << json_num(model->fit.rms_relative_error) << ", \"rows\": [";
     for (size_t i = 0; i < model->sizes.size(); ++i)

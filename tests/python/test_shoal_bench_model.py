@@ -27,6 +27,7 @@ def test_ring_allreduce_model_fitted_and_reported(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     res = json.loads(out.read_text())
     m = res["model"]
+    assert m["fitted"] is True
     assert [x["bytes"] for x in m["rows"]] == [x["bytes"] for x in res["rows"]] == [8, 512, 32768, 2097152]
     a, b, g = m["alpha_us"], m["beta_ns_per_byte"], m["gamma_ns_per_byte"]
     assert min(a, b, g) >= 0 and a + b + g > 0
@@ -49,4 +50,8 @@ def test_model_needs_one_algorithm_and_two_sizes(tmp_path):
     out = tmp_path / "bench.json"
     r = run("broadcast", "-n", "2", "-b", "4K", "--iters", "5", "--algo", "mst", "--model", json_path=out)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "needs two sizes or more" in r.stdout and "model" not in json.loads(out.read_text())
+    assert "needs two sizes or more" in r.stdout and json.loads(out.read_text())["model"] == {"fitted": False}
+    r = run("allreduce", "-n", "2", "--algo", "linear", "--model")
+    assert r.returncode != 0 and "allreduce has no algorithm 'linear' (it has: ring, bde, mst, direct" in r.stderr + r.stdout
+    r = run("allreduce", "-n", "1", "--algo", "ring", "--model")
+    assert r.returncode != 0 and "--model needs -n 2 or more" in r.stderr + r.stdout
