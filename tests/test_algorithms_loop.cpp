@@ -1,10 +1,10 @@
 // Every algorithm that runs over point-to-point links (the registry's Needs::any: all but the
 // direct and hierarchical ones), called through the algorithm layer's entry points
 // (src/algo/algorithms.h) on ranks that are threads of this process over the in-process transport
-// (loop_group.h): group sizes 1 to 9, counts 0, 1, odd and some pipeline chunks' worth, first,
-// last and middle roots, in place where the op allows, against results computed here. No fork,
-// store or socket, so the whole matrix runs in seconds, and under the sanitizers every rank is in
-// view.
+// (loop_group.h): group sizes 1 to 9, 12, 13 and 16, counts 0, 1, odd and some pipeline chunks'
+// worth, first, last and middle roots, in place where the op allows, against results computed
+// here. No fork, store or socket, so the whole matrix runs in seconds, and under the sanitizers
+// every rank is in view.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -26,7 +26,7 @@ using namespace shoal;
 using shoal_test::LoopOp;
 using shoal_test::run_loop;
 
-const int kSizes[] = {1, 2, 3, 4, 5, 7, 8, 9};
+const int kSizes[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16};
 const size_t kCounts[] = {0, 1, 7, 1000, 65537};
 
 // The algorithms of `k` that need neither shared memory nor several hosts.
