@@ -33,31 +33,27 @@ Terms in_host(Terms t) { return {0, 0, t.reduced, t.messages, t.bytes}; }
 // one barrier per chunk (pipeline phase) and one more, chunks cut as each op's file cuts them.
 // Allreduce and reduce: one shot or two shot is a measured choice (cost.h); the model is two
 // shot's.
-Terms allreduce_direct_cost(Shape s, double n) {
+// `copies`: n's copied in and out by the busiest rank (allreduce: every rank copies the result
+// out, 3; reduce: only the root, 2).
+Terms two_shot_cost(Shape s, double n, double copies) {
   const int p = s.p;
   if (direct_small(n)) return {1, (p + 1) * n, (p - 1) * n};
   const double chunk = direct_pipelined(direct_target(p), n, static_cast<double>(direct::kMinChunkBytes) * p);
-  return {direct_chunks(n, chunk) + 2, 3 * n, share(p) * n};
+  return {direct_chunks(n, chunk) + 2, copies * n, share(p) * n};
 }
-Terms reduce_direct_cost(Shape s, double n) {
-  const int p = s.p;
-  if (direct_small(n)) return {1, (p + 1) * n, (p - 1) * n};
-  const double chunk = direct_pipelined(direct_target(p), n, static_cast<double>(direct::kMinChunkBytes) * p);
-  return {direct_chunks(n, chunk) + 2, 2 * n, share(p) * n};
-}
+Terms allreduce_direct_cost(Shape s, double n) { return two_shot_cost(s, n, 3); }
+Terms reduce_direct_cost(Shape s, double n) { return two_shot_cost(s, n, 2); }
 Terms broadcast_direct_cost(Shape s, double n) {
   return {direct_small(n) ? 1 : direct_chunks(n, direct_target(s.p)) + 1, 2 * n, 0};
 }
-// Allgather: each rank copies its block in (and into its own output) and every other block out.
-Terms allgather_direct_cost(Shape s, double n) {
+// Allgather and gather, `copied` by the busiest rank: allgather's copies its block in (and into
+// its own output) and every other block out, n + n/p; gather's root its own and the others' out, n.
+Terms blocks_direct_cost(Shape s, double n, double copied) {
   const double block = n / s.p;
-  return {direct_small(block) ? 1 : direct_chunks(block, direct_target(s.p)) + 1, n + block, 0};
+  return {direct_small(block) ? 1 : direct_chunks(block, direct_target(s.p)) + 1, copied, 0};
 }
-// Gather: the root copies its own block and the others' out of their slots.
-Terms gather_direct_cost(Shape s, double n) {
-  const double block = n / s.p;
-  return {direct_small(block) ? 1 : direct_chunks(block, direct_target(s.p)) + 1, n, 0};
-}
+Terms allgather_direct_cost(Shape s, double n) { return blocks_direct_cost(s, n, n + n / s.p); }
+Terms gather_direct_cost(Shape s, double n) { return blocks_direct_cost(s, n, n); }
 Terms bde_cost(Shape s, double n) {  // allreduce: recursive halving, recursive doubling; others folded in
   const int q = pof2_floor(s.p);
   Terms t{2 * lg_ceil(q), 2 * share(q) * n, share(q) * n};
@@ -67,7 +63,11 @@ Terms bde_cost(Shape s, double n) {  // allreduce: recursive halving, recursive 
 Terms allreduce_ring_cost(Shape s, double n) { return {2.0 * (s.p - 1), 2 * share(s.p) * n, share(s.p) * n}; }
 Terms broadcast_binomial_cost(Shape s, double n) { return {lg_ceil(s.p), lg_ceil(s.p) * n, 0}; }
 Terms reduce_binomial_cost(Shape s, double n) { return {lg_ceil(s.p), lg_ceil(s.p) * n, lg_ceil(s.p) * n}; }
-Terms gather_binomial_cost(Shape s, double n) { return {lg_ceil(s.p), share(s.p) * n, 0}; }
+// A binomial gather or scatter of n in all: lg p steps, the root's (p-1)/p·n.
+Terms blocks_binomial_cost(Shape s, double n) { return {lg_ceil(s.p), share(s.p) * n, 0}; }
+// p - 1 steps in which each rank moves its (p-1)/p share of n once: the ring allgather, the
+// pairwise exchange, a linear gather's or scatter's root.
+Terms steps_cost(Shape s, double n) { return {s.p - 1.0, share(s.p) * n, 0}; }
 
 // The hierarchical ops' steps inside a host run the flat point-to-point algorithms of a subgroup
 // over links (hierarchical.cpp), modelled here by the binomial trees.
@@ -107,9 +107,8 @@ constexpr Entry<BroadcastFn> kBroadcast[] = {
 };
 constexpr Entry<RootedFn> kReduce[] = {
     {Algo::mst, Needs::any, reduce_binomial, reduce_binomial_cost},
-    // Ring reduce-scatter, then the blocks gathered at the root.
-    {Algo::ring, Needs::any, reduce_ring,
-     [](Shape s, double n) { return Terms{2.0 * (s.p - 1), 2 * share(s.p) * n, share(s.p) * n}; }},
+    // Ring reduce-scatter, then the blocks gathered at the root: the ring allreduce's terms.
+    {Algo::ring, Needs::any, reduce_ring, allreduce_ring_cost},
     {Algo::direct, Needs::shm, reduce_direct, reduce_direct_cost},
     {Algo::hier, Needs::several_hosts, reduce_hier,
      [](Shape s, double n) {
@@ -117,7 +116,7 @@ constexpr Entry<RootedFn> kReduce[] = {
      }},
 };
 constexpr Entry<AllgathervFn> kAllgatherv[] = {
-    {Algo::ring, Needs::any, allgatherv_ring, [](Shape s, double n) { return Terms{s.p - 1.0, share(s.p) * n, 0}; }},
+    {Algo::ring, Needs::any, allgatherv_ring, steps_cost},
     // Recursive doubling; Bruck for p not a power of two (two local copies of n more).
     {Algo::rd, Needs::any, allgatherv_rd,
      [](Shape s, double n) {
@@ -129,7 +128,7 @@ constexpr Entry<AllgathervFn> kAllgatherv[] = {
     {Algo::hier, Needs::several_hosts, allgatherv_hier,
      [](Shape s, double n) {
        const Shape l{local(s), 1};
-       return in_host(gather_binomial_cost(l, n / std::max(1, s.hosts))) + Terms{s.hosts - 1.0, share(s.hosts) * n, 0} +
+       return in_host(blocks_binomial_cost(l, n / std::max(1, s.hosts))) + steps_cost({s.hosts, s.hosts}, n) +
               in_host(broadcast_binomial_cost(l, n));
      }},
 };
@@ -153,13 +152,13 @@ constexpr Entry<ReduceScatterFn> kReduceScatter[] = {
 };
 // Gather and scatter: n is the root's whole buffer.
 constexpr Entry<RootedFn> kGather[] = {
-    {Algo::mst, Needs::any, gather_binomial, gather_binomial_cost},
-    {Algo::linear, Needs::any, gather_linear, [](Shape s, double n) { return Terms{s.p - 1.0, share(s.p) * n, 0}; }},
+    {Algo::mst, Needs::any, gather_binomial, blocks_binomial_cost},
+    {Algo::linear, Needs::any, gather_linear, steps_cost},
     {Algo::direct, Needs::shm, gather_direct, gather_direct_cost},
 };
 constexpr Entry<RootedFn> kScatter[] = {
-    {Algo::mst, Needs::any, scatter_binomial, [](Shape s, double n) { return Terms{lg_ceil(s.p), share(s.p) * n, 0}; }},
-    {Algo::linear, Needs::any, scatter_linear, [](Shape s, double n) { return Terms{s.p - 1.0, share(s.p) * n, 0}; }},
+    {Algo::mst, Needs::any, scatter_binomial, blocks_binomial_cost},
+    {Algo::linear, Needs::any, scatter_linear, steps_cost},
     // The root copies the others' blocks in, each rank copies its own out.
     {Algo::direct, Needs::shm, scatter_direct,
      [](Shape s, double n) {
@@ -169,7 +168,7 @@ constexpr Entry<RootedFn> kScatter[] = {
 };
 // alltoall(v): n is what each rank sends in all.
 constexpr Entry<AlltoallvFn> kAlltoallv[] = {
-    {Algo::ring, Needs::any, alltoallv_pairwise, [](Shape s, double n) { return Terms{s.p - 1.0, share(s.p) * n, 0}; }},
+    {Algo::ring, Needs::any, alltoallv_pairwise, steps_cost},
     // Equal blocks: a piece of each block a phase (direct_alltoall.cpp: alltoall_piece).
     {Algo::direct, Needs::shm, alltoallv_direct,
      [](Shape s, double n) {
