@@ -103,7 +103,11 @@ void direct::alltoall_pipeline(Ctx& c, const uint8_t* src, const Blocks& sb, voi
 // A piece of each block per phase (the slot holds p of them), at least 4 phases for large blocks
 // so that the ranks' copies in and out overlap.
 size_t direct::alltoall_piece(ShmGroup& g, int p, size_t largest) {
-  return std::max<size_t>(64, pipelined(chunk_target(g, p) / static_cast<size_t>(p), largest) / 64 * 64);
+  return alltoall_piece(chunk_target(g, p), p, largest);
+}
+
+size_t direct::alltoall_piece(size_t chunk_target, int p, size_t largest) {
+  return std::max<size_t>(64, pipelined(chunk_target / static_cast<size_t>(p), largest) / 64 * 64);
 }
 
 }  // namespace shoal::algo

@@ -66,10 +66,12 @@ void end(Ctx& c, size_t nchunks) {
 
 size_t slot_bytes(ShmGroup& g) { return (g.scratch_bytes() - kHeaderBytes - kSmallArea) / 2 / 64 * 64; }
 
-size_t chunk_target(ShmGroup& g, int p) {
+size_t chunk_target(ShmGroup& g, int p) { return chunk_target(slot_bytes(g), p); }
+
+size_t chunk_target(size_t slot, int p) {
   size_t t = kWorkingSetBytes / (2 * static_cast<size_t>(p));
   t = std::clamp(t, kMinChunkBytes, kMaxChunkBytes);
-  return std::min(t, slot_bytes(g)) / 64 * 64;
+  return std::min(t, slot) / 64 * 64;
 }
 
 }  // namespace shoal::algo::direct

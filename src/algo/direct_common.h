@@ -74,6 +74,7 @@ inline constexpr size_t kMinPieceBytes = size_t(16) << 10;
 void alltoall_pipeline(Ctx& c, const uint8_t* src, const Blocks& sb, void* out, const Blocks& rb, size_t largest);
 // The piece of each block that one phase of that pipeline moves, for `largest` (a multiple of 64).
 size_t alltoall_piece(ShmGroup& g, int p, size_t largest);
+size_t alltoall_piece(size_t chunk_target, int p, size_t largest);  // for the group's chunk_target
 
 // A direct op's token base, which its ranks write and its readers compare: the op's signature
 // (Ctx::sig), which holds the call's arguments and number, and the kind of direct op. A subgroup's
@@ -199,8 +200,9 @@ void reduce_scatter_small(Ctx& c, const void* in, void* out, size_t count, uint6
 void alltoall_small(Ctx& c, const void* in, void* out, size_t count, uint64_t sig);
 void barrier_small(Ctx& c, uint64_t sig);
 // Target bytes per rank per chunk: kWorkingSetBytes / (2p), clamped to [kMinChunkBytes,
-// kMaxChunkBytes] and to the slot.
+// kMaxChunkBytes] and to the slot (of `slot` bytes: the cost model asks without a group).
 size_t chunk_target(ShmGroup& g, int p);
+size_t chunk_target(size_t slot, int p);
 // `chunk` for moving `bytes`, made smaller where that gives at least kMinChunks chunks of at least
 // `least`: a rank's copy in and copy out of one chunk then stay in its cache, and the ranks'
 // phases overlap; one or two chunks run copy-in, reduce and copy-out one after the other

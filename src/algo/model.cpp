@@ -33,21 +33,12 @@ int pof2_floor(int p) {
   return q;
 }
 
-double direct_target(int p) {
-  return std::clamp(static_cast<double>(direct::kWorkingSetBytes) / (2.0 * p), static_cast<double>(direct::kMinChunkBytes),
-                    static_cast<double>(direct::kMaxChunkBytes));
-}
-
 double direct_chunks(double bytes, double chunk) { return std::max(1.0, std::ceil(bytes / chunk)); }
 
-double direct_pipelined(double chunk, double bytes, double least) {
-  return std::min(chunk, std::max(least, bytes / static_cast<double>(direct::kMinChunks)));
-}
-
-double direct_slot() {
+size_t direct_slot() {
   // SHOAL_SHM_SCRATCH as the rendezvous reads it (core/rendezvous.h: ShmSizes, 16 MiB by default).
-  const double scratch = static_cast<double>(params::bytes("SHOAL_SHM_SCRATCH").value_or(size_t(16) << 20));
-  return (scratch - direct::kHeaderBytes - static_cast<double>(direct::kSmallArea)) / 2;
+  const size_t scratch = params::bytes("SHOAL_SHM_SCRATCH").value_or(size_t(16) << 20);
+  return (scratch - direct::kHeaderBytes - direct::kSmallArea) / 2 / 64 * 64;
 }
 
 bool direct_small(double bytes) { return direct::small_fits(static_cast<size_t>(bytes)); }

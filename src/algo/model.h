@@ -55,15 +55,10 @@ Terms cost_of(OpKind k, Algo a, Shape s, double n);
 // Helpers of the cost functions.
 double lg_ceil(int p);          // ⌈lg p⌉
 int pof2_floor(int p);          // the largest power of two ≤ p
-// A direct op's bytes per chunk (direct_common.h: chunk_target), with the default scratch.
-double direct_target(int p);
 // A direct op's number of chunks (pipeline phases) for `bytes` cut into pieces of `chunk`.
 double direct_chunks(double bytes, double chunk);
-// direct_common.h's `pipelined`: `chunk`, made smaller where that gives kMinChunks chunks of at
-// least `least`.
-double direct_pipelined(double chunk, double bytes, double least);
-// The data slot of the default scratch (SHOAL_SHM_SCRATCH), in bytes.
-double direct_slot();
+// The data slot of the scratch SHOAL_SHM_SCRATCH sets, in bytes (direct_common.h: slot_bytes).
+size_t direct_slot();
 // Whether a direct op whose small test reads `bytes` runs the small protocol (no barrier).
 bool direct_small(double bytes);
 

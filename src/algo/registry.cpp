@@ -23,8 +23,13 @@ struct Entry {
   CostFn cost;  // its α-β-γ cost (model.h): the formulas of docs/algorithms.md's table
 };
 
-// Helpers of the cost functions: (p-1)/p, a host's ranks.
+// Helpers of the cost functions: (p-1)/p, a host's ranks, a direct op's chunk bytes and its
+// pipelining (direct_common.h: chunk_target, pipelined).
 double share(int p) { return (p - 1.0) / p; }
+double target(int p) { return static_cast<double>(direct::chunk_target(direct_slot(), p)); }
+double pipelined(double chunk, double n, double least) {
+  return static_cast<double>(direct::pipelined(static_cast<size_t>(chunk), static_cast<size_t>(n), static_cast<size_t>(least)));
+}
 int local(Shape s) { return std::max(1, s.p / std::max(1, s.hosts)); }
 // The part of a hierarchical op inside each host (a flat cost counted with the local α and β).
 Terms in_host(Terms t) { return {0, 0, t.reduced, t.messages, t.bytes}; }
@@ -38,19 +43,19 @@ Terms in_host(Terms t) { return {0, 0, t.reduced, t.messages, t.bytes}; }
 Terms two_shot_cost(Shape s, double n, double copies) {
   const int p = s.p;
   if (direct_small(n)) return {1, (p + 1) * n, (p - 1) * n};
-  const double chunk = direct_pipelined(direct_target(p), n, static_cast<double>(direct::kMinChunkBytes) * p);
+  const double chunk = pipelined(target(p), n, static_cast<double>(direct::kMinChunkBytes) * p);
   return {direct_chunks(n, chunk) + 2, copies * n, share(p) * n};
 }
 Terms allreduce_direct_cost(Shape s, double n) { return two_shot_cost(s, n, 3); }
 Terms reduce_direct_cost(Shape s, double n) { return two_shot_cost(s, n, 2); }
 Terms broadcast_direct_cost(Shape s, double n) {
-  return {direct_small(n) ? 1 : direct_chunks(n, direct_target(s.p)) + 1, 2 * n, 0};
+  return {direct_small(n) ? 1 : direct_chunks(n, target(s.p)) + 1, 2 * n, 0};
 }
 // Allgather and gather, `copied` by the busiest rank: allgather's copies its block in (and into
 // its own output) and every other block out, n + n/p; gather's root its own and the others' out, n.
 Terms blocks_direct_cost(Shape s, double n, double copied) {
   const double block = n / s.p;
-  return {direct_small(block) ? 1 : direct_chunks(block, direct_target(s.p)) + 1, copied, 0};
+  return {direct_small(block) ? 1 : direct_chunks(block, target(s.p)) + 1, copied, 0};
 }
 Terms allgather_direct_cost(Shape s, double n) { return blocks_direct_cost(s, n, n + n / s.p); }
 Terms gather_direct_cost(Shape s, double n) { return blocks_direct_cost(s, n, n); }
@@ -146,7 +151,7 @@ constexpr Entry<ReduceScatterFn> kReduceScatter[] = {
      }},
     {Algo::direct, Needs::shm, reduce_scatter_direct,
      [](Shape s, double n) {
-       const double chunk = std::min(direct_slot(), direct_target(s.p));  // a piece of each block a phase
+       const double chunk = target(s.p);  // p pieces a phase, one of each block (direct_reduce_scatter.cpp)
        return Terms{direct_small(n) ? 1 : direct_chunks(n, chunk) + 1, 2 * n, share(s.p) * n};
      }},
 };
@@ -162,7 +167,7 @@ constexpr Entry<RootedFn> kScatter[] = {
     // The root copies the others' blocks in, each rank copies its own out.
     {Algo::direct, Needs::shm, scatter_direct,
      [](Shape s, double n) {
-       const double block = n / s.p, piece = std::min(direct_slot() / s.p, direct_target(s.p));
+       const double block = n / s.p, piece = std::min(static_cast<double>(direct_slot()) / s.p, target(s.p));
        return Terms{direct_small(n) ? 1 : direct_chunks(block, piece) + 1, 2 * share(s.p) * n, 0};
      }},
 };
@@ -173,8 +178,8 @@ constexpr Entry<AlltoallvFn> kAlltoallv[] = {
     {Algo::direct, Needs::shm, alltoallv_direct,
      [](Shape s, double n) {
        const double block = n / s.p;
-       const double piece = std::max(64.0, direct_pipelined(direct_target(s.p) / s.p, block,
-                                                           static_cast<double>(direct::kMinChunkBytes)));
+       const double piece = static_cast<double>(
+           direct::alltoall_piece(direct::chunk_target(direct_slot(), s.p), s.p, static_cast<size_t>(block)));
        return Terms{direct_small(n) ? 1 : direct_chunks(block, piece) + 1, 2 * n, 0};
      }},
 };
