@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "base/params.h"
 #include "engine/engine.h"
 #include "shoal/error.h"
 
@@ -64,7 +65,11 @@ void end(Ctx& c, size_t nchunks) {
   if (nchunks % 2 == 0) c.shm()->barrier();
 }
 
-size_t slot_bytes(ShmGroup& g) { return (g.scratch_bytes() - kHeaderBytes - kSmallArea) / 2 / 64 * 64; }
+size_t scratch_setting() { return params::bytes("SHOAL_SHM_SCRATCH").value_or(size_t(16) << 20); }
+
+size_t slot_bytes(size_t scratch) { return (scratch - kHeaderBytes - kSmallArea) / 2 / 64 * 64; }
+
+size_t slot_bytes(ShmGroup& g) { return slot_bytes(g.scratch_bytes()); }
 
 size_t chunk_target(ShmGroup& g, int p) { return chunk_target(slot_bytes(g), p); }
 

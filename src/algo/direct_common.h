@@ -105,7 +105,12 @@ int slot_of(Ctx& c, size_t m);
 // barrier is needed only when that slot is the one the next op writes before its first barrier,
 // i.e. when nchunks is even (slot_of); otherwise the next op's first barrier covers it.
 void end(Ctx& c, size_t nchunks);
-// Bytes of one of the two data slots of each rank's scratch (a multiple of 64).
+// Bytes of each rank's scratch area as SHOAL_SHM_SCRATCH sets it (16 MiB when unset): what the
+// rendezvous reserves in each segment, and what the cost model (model.h) assumes.
+size_t scratch_setting();
+// Bytes of one of the two data slots of a scratch area of `scratch` bytes (a multiple of 64), and
+// of each rank's scratch in `g`.
+size_t slot_bytes(size_t scratch);
 size_t slot_bytes(ShmGroup& g);
 inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderBytes + kSmallArea + s * slot_bytes(g); }
 // Whether `automatic` stores (stores.h) follow the cache-line round trip that core_probe.h

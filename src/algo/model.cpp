@@ -6,7 +6,6 @@
 #include <string>
 
 #include "algo/direct_common.h"
-#include "base/params.h"
 #include "shoal/error.h"
 
 namespace shoal::algo {
@@ -35,11 +34,7 @@ int pof2_floor(int p) {
 
 double direct_chunks(double bytes, double chunk) { return std::max(1.0, std::ceil(bytes / chunk)); }
 
-size_t direct_slot() {
-  // SHOAL_SHM_SCRATCH as the rendezvous reads it (core/rendezvous.h: ShmSizes, 16 MiB by default).
-  const size_t scratch = params::bytes("SHOAL_SHM_SCRATCH").value_or(size_t(16) << 20);
-  return (scratch - direct::kHeaderBytes - direct::kSmallArea) / 2 / 64 * 64;
-}
+size_t direct_slot() { return direct::slot_bytes(direct::scratch_setting()); }
 
 bool direct_small(double bytes) { return direct::small_fits(static_cast<size_t>(bytes)); }
 

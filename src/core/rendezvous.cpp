@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "algo/cost.h"
+#include "algo/direct_common.h"
 #include "base/log.h"
 #include "base/params.h"
 #include "shoal/error.h"
@@ -100,7 +101,7 @@ ShmSizes shm_sizes(int local_ranks) {
   ShmSizes s;
   const uint64_t ring = params::bytes("SHOAL_SHM_RING").value_or(0);
   s.ring = ring ? pow2_at_least(ring) : default_ring_bytes(local_ranks);
-  s.scratch = params::bytes("SHOAL_SHM_SCRATCH").value_or(s.scratch);
+  s.scratch = algo::direct::scratch_setting();
   s.segment = ShmSegment::bytes_for(local_ranks, s.ring, s.scratch);
   return s;
 }

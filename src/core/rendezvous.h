@@ -30,7 +30,7 @@ struct Topology {
 // and the whole segment a rank reserves in /dev/shm.
 struct ShmSizes {
   size_t ring = 0;
-  size_t scratch = size_t(16) << 20;
+  size_t scratch = 0;
   size_t segment = 0;
 };
 ShmSizes shm_sizes(int local_ranks);
