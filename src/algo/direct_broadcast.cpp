@@ -4,8 +4,9 @@
 // the root copies each chunk into its scratch once, barrier, every other rank copies it out. Over
 // shm rings the binomial tree copies the vector 2·⌈lg p⌉ times on its critical path and the
 // root's sends serialise; here there is one copy in and p-1 parallel copies out: chosen whenever
-// every rank shares this host. By single copy, where the group may and the measured costs say so
-// (cost.h): 2·α + n·β' per reader (β' = a process_vm_readv per byte), the readers in parallel.
+// every rank shares this host. By single copy at 2 ranks, where the group may and the measured
+// costs say so (cost.h): 2·α + n/2·β' (β' = a process_vm_readv or _writev per byte), the root
+// writing one half while the other rank reads the other.
 //
 // Scatter cost: (N + 1)·α + 2·(p-1)/p·n·β (n = size·count·esize): the root copies every other
 // rank's block (a piece of each per chunk) into its scratch, barrier, each rank copies its own.
@@ -32,13 +33,18 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
   const size_t n = count * c.esize;
   Sig s(OpKind::broadcast, c);
   if (small_fits(n)) return broadcast_small(c, buf, count, root, s.value());
-  // The other rank reads the root's buffer, where the measured costs say that beats the two
-  // copies through the root's scratch (cost.h, Choice::broadcast). With more ranks the readers
-  // share the root's pages and the cores: slower than the scratch in the median at every size
-  // from 128 KiB (BENCHMARKS.md, "Broadcast, allgather, scatter and gather by single copy").
+  // By single copy, where the measured costs say that beats the two copies through the root's
+  // scratch (cost.h, Choice::broadcast), both ranks copying at once: the root writes the first
+  // half into the other rank's buffer while that rank reads the second half from the root's.
+  // With more ranks the readers share the root's pages and the cores: slower than the scratch
+  // in the median at every size from 128 KiB (BENCHMARKS.md, "Broadcast, allgather, scatter and
+  // gather by single copy").
   if (p == 2 && g.single_copy() && c.ways().single_copy(Choice::broadcast, n, p)) {
     begin_single(c, s.value(), buf);
-    if (r != root) g.read(root, peer_buffer(c, root), buf, n);
+    const size_t half = n / 2 / 64 * 64;
+    const int peer = 1 - r;
+    if (r == root) g.write(peer, buf, const_cast<uint8_t*>(peer_buffer(c, peer)), half);
+    else g.read(root, peer_buffer(c, root) + half, u8(buf) + half, n - half);
     end_single(c);
     return;
   }
