@@ -15,9 +15,10 @@
 //   its round of count tables, which both ways pay, serves the slots as their first barrier.
 // - The direct broadcast above the small protocol at 2 ranks, where the group may copy between
 //   processes (direct_broadcast.cpp): way 0 goes through the root's scratch (the root copies in,
-//   the other rank copies out, chunk by chunk), way 1 by single copy (the other rank reads the
-//   root's buffer with process_vm_readv). Single copy saves a copy, the scratch path the kernel's
-//   page walk: on our machines single copy wins while the buffer is cached and loses from 1 MiB.
+//   the other rank copies out, chunk by chunk), way 1 by single copy (the root writes the first
+//   half into the other rank's buffer with process_vm_writev while that rank reads the second
+//   half with process_vm_readv). Single copy saves a copy, the scratch path the kernel's page
+//   walk: on our machines single copy wins up to 512 KiB and the scratch at most sizes above.
 // - The direct allgather(v) above the small protocol at 2 ranks, likewise (direct_allgather.cpp):
 //   way 0 through the ranks' scratch, way 1 each rank reading the other's input by single copy.
 // - The direct scatter above the small protocol, likewise (direct_broadcast.cpp): way 0 through

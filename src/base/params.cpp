@@ -57,8 +57,9 @@ const std::vector<Param> kParams = {
      "`auto`"},
     {"SHOAL_DIRECT_BROADCAST", Kind::choice, 0, 0, "auto,scratch,single_copy",
      "for tuning and tests: how broadcast runs when every rank is on this host, above 8 KiB: `scratch` (the root "
-     "copies into its shared scratch area, the others copy out), `single_copy` (at 2 ranks, the other rank reads the "
-     "root's buffer straight, where the group may: `SHOAL_CMA`) or `auto` (the cheaper by the measured costs, `SHOAL_TUNING`)",
+     "copies into its shared scratch area, the others copy out), `single_copy` (at 2 ranks, the root writes half the "
+     "vector straight into the other rank's buffer while that rank reads the other half from the root's, where the "
+     "group may: `SHOAL_CMA`) or `auto` (the cheaper by the measured costs, `SHOAL_TUNING`)",
      "`auto`"},
     {"SHOAL_DIRECT_ALLGATHER", Kind::choice, 0, 0, "auto,scratch,single_copy",
      "for tuning and tests: how allgather runs when every rank is on this host, above 8 KiB: `scratch` (each rank "
