@@ -11,7 +11,6 @@
 // with ranks sharing cores, while below it the window won (BENCHMARKS.md, "The pairwise
 // exchange's window"). The block to self is copied locally. in == out (same sizes) works: the input is staged in scratch first.
 #include "algo/common.h"
-#include "reduce/copy.h"
 
 namespace shoal::algo {
 
@@ -21,9 +20,7 @@ void alltoallv_pairwise(Ctx& c, const void* in, const std::vector<size_t>& send_
   const size_t es = c.esize;
   Blocks sb = counted_blocks(send_counts, es), rb = counted_blocks(recv_counts, es);
   const uint8_t* src = apart_from_out(c, in, sb.total(), out, rb.total());
-  // The own block is not read again soon: a large output's goes by non-temporal stores (copy.h).
-  const auto copy_own = rb.total() >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
-  copy_own(u8(out) + rb.off[r], src + sb.off[r], std::min(sb.len[r], rb.len[r]));
+  output_copy(rb.total())(u8(out) + rb.off[r], src + sb.off[r], std::min(sb.len[r], rb.len[r]));
   std::vector<std::vector<Request*>> inflight;
   size_t head = 0;
   for (int k = 1; k < p; ++k) {

@@ -19,6 +19,7 @@
 
 #include "algo/algorithms.h"
 #include "algo/context.h"
+#include "reduce/copy.h"
 
 namespace shoal::algo {
 
@@ -40,6 +41,12 @@ inline const uint8_t* u8(const void* p) { return static_cast<const uint8_t*>(p);
 
 inline void copy_bytes(void* dst, const void* src, size_t n) {
   if (n && dst != src) std::memmove(dst, src, n);
+}
+// How an op writes an output of `output_bytes` in all that its caller does not read back at once:
+// copy_streaming from kStreamingOutputBytes (reduce/copy.h), copy_bytes below.
+using CopyFn = void (*)(void* dst, const void* src, size_t n);
+inline CopyFn output_copy(size_t output_bytes) {
+  return output_bytes >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
 }
 inline bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
   if (!an || !bn) return false;

@@ -19,7 +19,6 @@
 // N follows the largest block, smaller blocks just have nothing to move in later phases.
 #include "algo/cost.h"
 #include "algo/direct_common.h"
-#include "reduce/copy.h"
 
 namespace shoal::algo {
 namespace {
@@ -52,17 +51,17 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
     begin_single(c, sig, mine);
     const int j = 1 - r;
     g.read(j, peer_buffer(c, j), u8(out) + b.off[j], b.len[j]);
-    // Its own block by non-temporal stores once that block alone is past kStreamingOutputBytes:
-    // 1.15-1.2x faster from 16 MiB in all, 1.15x slower at 8 MiB (BENCHMARKS.md, "Allgather by
-    // single copy: the own block streamed").
-    if (own != mine) (b.len[r] >= kStreamingOutputBytes ? copy_streaming : copy_bytes)(own, mine, b.len[r]);
+    // Its own block by non-temporal stores once that block alone is that large: with smaller
+    // blocks the output stays in cache and ordinary stores win (BENCHMARKS.md, "Broadcast and
+    // allgather tuned again; allgather's own block streamed"). In place: nothing to copy.
+    if (own != mine) output_copy(b.len[r])(own, mine, b.len[r]);
     return end_single(c);
   }
   begin(c, sig);
   const bool writes_out = root < 0 || r == root;
   const size_t cb = chunk_target(g, p) / c.esize * c.esize;
   const size_t nchunks = std::max<size_t>(1, (b.max_len() + cb - 1) / cb);
-  auto copy_out = b.total() >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
+  const CopyFn copy_out = output_copy(b.total());
   auto piece = [&](int j, size_t m) { return std::min(cb, b.len[j] - std::min(b.len[j], m * cb)); };
   if (writes_out) copy_bytes(u8(out) + b.off[r], in, b.len[r]);
   for (size_t ph = 0; ph <= nchunks; ++ph) {

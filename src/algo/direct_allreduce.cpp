@@ -86,7 +86,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   };
   const uint8_t* src = u8(in);
   uint8_t* dst = u8(out);
-  auto copy_out = n >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
+  const CopyFn copy_out = output_copy(n);
 
   for (size_t ph = 0; ph <= nchunks + 1; ++ph) {
     if (ph < nchunks) {  // copy-in chunk ph, all but this rank's own slice

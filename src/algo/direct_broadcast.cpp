@@ -21,7 +21,6 @@
 
 #include "algo/cost.h"
 #include "algo/direct_common.h"
-#include "reduce/copy.h"
 
 namespace shoal::algo {
 
@@ -52,7 +51,7 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
   const size_t cb = chunk_target(g, p) / c.esize * c.esize;
   const size_t nchunks = std::max<size_t>(1, (n + cb - 1) / cb);
   auto clen = [&](size_t m) { return std::min(cb, n - std::min(n, m * cb)); };
-  auto copy_out = n >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
+  const CopyFn copy_out = output_copy(n);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (r == root && ph < nchunks) copy_in(c, slot(g, root, slot_of(c, ph)), u8(buf) + ph * cb, clen(ph));
     if (r != root && ph >= 1) {
