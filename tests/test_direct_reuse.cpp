@@ -295,7 +295,8 @@ class DirectWaysAgreement : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DirectWaysAgreement, RanksThatWouldChooseDifferentlyFailTheGroupsCreation) {
   const std::string setting = GetParam();
-  const std::string path = ::testing::TempDir() + "shoal-tuning-agreement.txt";
+  // A file of this process's own: ctest runs the other settings' tests at the same time.
+  const std::string path = ::testing::TempDir() + "shoal-tuning-agreement-" + std::to_string(getpid()) + ".txt";
   {
     std::ofstream f(path);
     f << "direct allreduce 2 16384 1 2\ndirect reduce 2 16384 1 2\ndirect alltoall 2 16384 1 2\n";
@@ -319,6 +320,28 @@ TEST_P(DirectWaysAgreement, RanksThatWouldChooseDifferentlyFailTheGroupsCreation
 INSTANTIATE_TEST_SUITE_P(All, DirectWaysAgreement,
                          ::testing::Values("SHOAL_DIRECT_REDUCE", "SHOAL_DIRECT_ALLTOALL", "SHOAL_TUNING"),
                          [](const auto& info) { return info.param; });
+
+// A rank whose settings cannot be read (here SHOAL_TUNING names no file) fails with that reason,
+// and its peers fail at once naming the rank and the reason, not at the rendezvous timeout.
+TEST(DirectWaysAgreement, AnUnreadableSettingFailsEveryRankAtOnce) {
+  const std::string path = ::testing::TempDir() + "shoal-tuning-missing-" + std::to_string(getpid()) + ".txt";
+  std::remove(path.c_str());
+  RunConfig cfg = timed_config("shm", std::chrono::seconds(30), std::chrono::seconds(90));
+  cfg.before_construct = [path](int rank) {
+    if (rank == 2) setenv("SHOAL_TUNING", path.c_str(), 1);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const RunResult res = run_ranks_outcomes(3, cfg, [](Communicator&) { SH_CHECK(false) << "the group formed"; });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(res.ranks.size(), 3u) << res.describe();
+  for (const auto& o : res.ranks) {
+    EXPECT_EQ(o.error_kind, "setup") << res.describe();
+    EXPECT_NE(o.message.find(path + "': cannot read the file"), std::string::npos) << res.describe();
+    if (o.rank == 2) EXPECT_EQ(o.setup_kind, "InvalidArgument") << res.describe();
+    else EXPECT_NE(o.message.find("rank 2 failed to set up"), std::string::npos) << res.describe();
+  }
+  EXPECT_LT(seconds, 15.0) << "the peers waited for the rendezvous timeout (30 s): " << res.describe();
+}
 
 // The switches of the automatic choice over the network drive choices among ranks of any hosts:
 // a rank on another host that reads another switch fails the group's creation on every rank.

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <utility>
 
@@ -222,10 +223,26 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   // With them, what the automatic choices on one host read (algo/cost.h): ranks that read
   // different costs or settings could run one op different ways. Reading them here also fails
   // the group's creation on a value that cannot be used (SHOAL_TUNING, SHOAL_DIRECT_*), not an op.
+  // A value that cannot be used fails this rank with its own error and its peers at once, naming
+  // it, rather than leaving them to wait for this rank's identity until the timeout.
   const std::string me = host_identity(), my_network = network_identity();
-  topo.ways = algo::Ways::current();
-  const std::string my_tuning = std::to_string(topo.ways.digest()) + "/" + std::to_string(topo.ways.switches_digest());
-  auto ids = all_gather(store, "hostid", rank, size, me + "|" + my_network + "|" + my_tuning, deadline);
+  std::string ways_error;
+  std::exception_ptr ways_failure;
+  try {
+    topo.ways = algo::Ways::current();
+  } catch (const Error& e) {
+    ways_error = e.what();
+    ways_failure = std::current_exception();
+  }
+  const std::string my_tuning =
+      ways_failure ? "" : std::to_string(topo.ways.digest()) + "/" + std::to_string(topo.ways.switches_digest());
+  std::vector<std::string> ids;
+  try {
+    ids = gather_or_fail(store, "hostid", rank, size, me + "|" + my_network + "|" + my_tuning, ways_error, deadline);
+  } catch (const Error&) {
+    if (ways_failure) std::rethrow_exception(ways_failure);
+    throw;
+  }
   std::vector<std::string> host_ids(size);
   bool peer_elsewhere = false;
   std::vector<std::string> tunings(size), switches(size);
