@@ -1,9 +1,12 @@
 // The measured cost curves of the ops with two ways on one host (src/algo/cost.cpp): the tuning
 // file's parser, the cost between and beyond the measured points, and the choice, in one process.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -20,6 +23,17 @@ using namespace shoal::algo;
 using shoal_test::ScopedEnv;
 
 constexpr size_t K = 1024;
+
+constexpr Choice kAllChoices[] = {Choice::allreduce, Choice::reduce,    Choice::alltoall, Choice::alltoallv,
+                                  Choice::broadcast, Choice::allgather, Choice::scatter,  Choice::gather};
+
+// The built-in files, as the library includes them.
+const char* const kAmdFile =
+#include "algo/cost_points.inc"
+    ;
+const char* const kIntelFile =
+#include "algo/cost_points_intel.inc"
+    ;
 
 const char* const kPoints =
     "# measured\n"
@@ -225,16 +239,83 @@ TEST(CostCurves, WithTwoPairsTheChoiceLosesLeastInTheWorse) {
 // take single copy.
 TEST(CostCurves, BuiltInPointsCoverEveryOp) {
   ScopedEnv unset_file("SHOAL_TUNING", nullptr);
-  const auto held = tuning();
-  const auto& points = held->points;
-  for (Choice op : {Choice::allreduce, Choice::reduce, Choice::alltoall, Choice::alltoallv, Choice::broadcast,
-                    Choice::allgather, Choice::scatter, Choice::gather}) {
-    int lo = 1 << 30, hi = 0;
-    for (const auto& q : points)
-      if (q.op == op) lo = std::min(lo, q.ranks), hi = std::max(hi, q.ranks);
-    EXPECT_EQ(lo, 2) << choice_name(op);
-    EXPECT_GE(hi, op == Choice::broadcast || op == Choice::allgather ? 2 : 8) << choice_name(op);
+  for (const char* cpu : {"amd", "intel"}) {
+    ScopedEnv kind("SHOAL_TUNING_BUILTIN", cpu);
+    const auto held = tuning();
+    const auto& points = held->points;
+    for (Choice op : kAllChoices) {
+      int lo = 1 << 30, hi = 0;
+      for (const auto& q : points)
+        if (q.op == op) lo = std::min(lo, q.ranks), hi = std::max(hi, q.ranks);
+      EXPECT_EQ(lo, 2) << cpu << ": " << choice_name(op);
+      EXPECT_GE(hi, op == Choice::broadcast || op == Choice::allgather ? 2 : 8) << cpu << ": " << choice_name(op);
+    }
   }
+}
+
+// The points as (op, ranks, bytes, times), sorted: two tunings hold the same points whatever their order.
+std::vector<std::tuple<int, int, size_t, double, double, double, double>> sorted(const std::vector<CostPoint>& points) {
+  std::vector<std::tuple<int, int, size_t, double, double, double, double>> out;
+  for (const auto& q : points)
+    out.emplace_back(static_cast<int>(q.op), q.ranks, q.bytes, q.us[0], q.us[1], q.us2[0], q.us2[1]);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The built-in points of each CPU: Intel's for the ops its file has points of, AMD's for the
+// others and for an AMD (or another maker's) CPU; the switches are AMD's file's for both. `auto`
+// follows the CPU's maker. Expected values come from parsing the two files here.
+TEST(CostCurves, EachCpuReadsItsOwnBuiltInPoints) {
+  ScopedEnv unset_file("SHOAL_TUNING", nullptr);
+  const Tuning amd = parse_tuning(kAmdFile, "amd"), intel = parse_tuning(kIntelFile, "intel");
+  ASSERT_FALSE(intel.points.empty());
+  auto expected = [&](bool on_intel) {
+    std::vector<CostPoint> out;
+    for (Choice op : kAllChoices) {
+      const bool intel_has =
+          std::any_of(intel.points.begin(), intel.points.end(), [&](const CostPoint& q) { return q.op == op; });
+      for (const auto& q : (on_intel && intel_has ? intel : amd).points)
+        if (q.op == op) out.push_back(q);
+    }
+    return sorted(out);
+  };
+  uint64_t switches[2] = {};
+  for (bool on_intel : {false, true}) {
+    ScopedEnv kind("SHOAL_TUNING_BUILTIN", on_intel ? "intel" : "amd");
+    EXPECT_EQ(built_in_cpu(), on_intel ? BuiltInCpu::intel : BuiltInCpu::amd);
+    EXPECT_EQ(sorted(tuning()->points), expected(on_intel)) << (on_intel ? "intel" : "amd");
+    switches[on_intel] = Ways::current().switches_digest();
+  }
+  EXPECT_EQ(switches[0], switches[1]);
+  bool this_cpu_intel = false;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  this_cpu_intel = __builtin_cpu_is("intel");
+#endif
+  for (const char* setting : {"auto", static_cast<const char*>(nullptr)}) {
+    ScopedEnv kind("SHOAL_TUNING_BUILTIN", setting);
+    EXPECT_EQ(sorted(tuning()->points), expected(this_cpu_intel)) << (setting ? setting : "unset");
+  }
+  // A file's points for one op over Intel's built-in ones: Intel's for the others.
+  const std::string path = ::testing::TempDir() + "shoal-tuning-over-intel-" + std::to_string(getpid()) + ".txt";
+  {
+    std::ofstream f(path);
+    f << "direct allreduce 2 16384 50 5\n";
+  }
+  {
+    ScopedEnv kind("SHOAL_TUNING_BUILTIN", "intel");
+    ScopedEnv file("SHOAL_TUNING", path.c_str());
+    std::vector<CostPoint> want = parse_tuning("direct allreduce 2 16384 50 5\n", "file").points;
+    for (const auto& q : parse_tuning(kIntelFile, "intel").points)
+      if (q.op != Choice::allreduce) want.push_back(q);
+    for (Choice op : kAllChoices)
+      if (op != Choice::allreduce &&
+          std::none_of(intel.points.begin(), intel.points.end(), [&](const CostPoint& q) { return q.op == op; }))
+        for (const auto& q : amd.points)
+          if (q.op == op) want.push_back(q);
+    EXPECT_EQ(sorted(tuning()->points), sorted(want));
+  }
+  std::remove(path.c_str());
 }
 
 // SHOAL_TUNING's file replaces the built-in points, and is read again when the variable changes.

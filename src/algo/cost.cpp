@@ -13,6 +13,8 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <tuple>
+#include <vector>
 
 #include "base/params.h"
 #include "shoal/error.h"
@@ -21,9 +23,15 @@ namespace shoal::algo {
 namespace {
 
 // The output of `scripts/tune_algos.py --direct` on a 2-core AMD EPYC (the command is its first
-// line; BENCHMARKS.md, "One shot or two shot" and "alltoall: the scratch slots or the rings").
+// line; BENCHMARKS.md, "One shot or two shot" and "alltoall: the scratch slots or the rings"), with
+// the switches.
 const char* const kBuiltIn =
 #include "algo/cost_points.inc"
+    ;
+// The same tune's output on a 2-core Intel Xeon, for the ops it has points of: the ways' costs
+// differ by CPU (BENCHMARKS.md, "The built-in costs of an Intel Xeon").
+const char* const kBuiltInIntel =
+#include "algo/cost_points_intel.inc"
     ;
 
 // The ops with two ways, by Choice.
@@ -82,33 +90,37 @@ void sort_at_ranks(Tuning& t) {
   });
 }
 
-// SHOAL_TUNING's tuning, with the built-in points for the ops the file has none of and the
-// built-in lines of the switches it does not set.
-Tuning load(const std::optional<std::string>& path) {
+// `t` over `under`: under's points for the ops t has none of, and under's lines of the switches t
+// does not set. A switch t names, with @ or without, is t's at every group size it names, and
+// under's line without @ at the others.
+Tuning over(Tuning t, const Tuning& under) {
+  for (Choice op : kChoices)
+    if (std::none_of(t.points.begin(), t.points.end(), [&](const CostPoint& q) { return q.op == op; }))
+      for (const CostPoint& q : under.points)
+        if (q.op == op) t.points.push_back(q);
+  for (size_t i = 0; i < kSwitches; ++i) {
+    if (!t.has_all[i]) t.switches[i] = under.switches[i], t.has_all[i] = true;
+    if (t.has[i]) continue;
+    t.has[i] = true;
+    for (const Tuning::AtRanks& a : under.at_ranks)
+      if (static_cast<size_t>(a.s) == i) t.at_ranks.push_back(a);
+  }
+  sort_at_ranks(t);
+  return t;
+}
+
+// SHOAL_TUNING's tuning over the built-in one of `cpu`.
+Tuning load(const std::optional<std::string>& path, BuiltInCpu cpu) {
   Tuning built_in = parse_tuning(kBuiltIn, "the built-in tuning");
   for (size_t i = 0; i < kSwitches; ++i)
     if (!built_in.has_all[i]) throw Error(std::string("the built-in tuning has no switch ") + kSwitchNames[i]);
+  if (cpu == BuiltInCpu::intel) built_in = over(parse_tuning(kBuiltInIntel, "the built-in tuning for Intel"), built_in);
   if (!path) return built_in;
   std::ifstream f(*path);
   if (!f) throw InvalidArgument("SHOAL_TUNING='" + *path + "': cannot read the file");
   std::stringstream s;
   s << f.rdbuf();
-  Tuning t = parse_tuning(s.str(), "SHOAL_TUNING='" + *path + "'");
-  for (Choice op : kChoices)
-    if (std::none_of(t.points.begin(), t.points.end(), [&](const CostPoint& q) { return q.op == op; }))
-      for (const CostPoint& q : built_in.points)
-        if (q.op == op) t.points.push_back(q);
-  // A switch the file names, with @ or without, is the file's at every group size it names, and
-  // the built-in line without @ at the others.
-  for (size_t i = 0; i < kSwitches; ++i) {
-    if (!t.has_all[i]) t.switches[i] = built_in.switches[i], t.has_all[i] = true;
-    if (t.has[i]) continue;
-    t.has[i] = true;
-    for (const Tuning::AtRanks& a : built_in.at_ranks)
-      if (static_cast<size_t>(a.s) == i) t.at_ranks.push_back(a);
-  }
-  sort_at_ranks(t);
-  return t;
+  return over(parse_tuning(s.str(), "SHOAL_TUNING='" + *path + "'"), built_in);
 }
 
 // The value at n of the straight lines through (xs[i], ys[i]), xs ascending: below the first
@@ -172,22 +184,36 @@ Curves curves_for(const std::vector<CostPoint>& points, Choice op, int p) {
 const char* choice_name(Choice c) { return kChoiceNames[static_cast<int>(c)]; }
 
 std::string agreed_settings() {
-  std::string s = "SHOAL_TUNING";
+  std::string s = "SHOAL_TUNING, SHOAL_TUNING_BUILTIN";
   for (const Forcing& f : kForcings) s += std::string(", ") + f.setting;
   return s;
 }
 const char* switch_name(Switch s) { return kSwitchNames[static_cast<size_t>(s)]; }
 
+BuiltInCpu built_in_cpu() {
+  const auto set = params::choice("SHOAL_TUNING_BUILTIN");
+  if (set && *set != "auto") return *set == "intel" ? BuiltInCpu::intel : BuiltInCpu::amd;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_is("intel")) return BuiltInCpu::intel;
+#endif
+  return BuiltInCpu::amd;
+}
+
 std::shared_ptr<const Tuning> tuning() {
-  // Read again only when SHOAL_TUNING names another file (tests set it per group).
+  // Read again only when SHOAL_TUNING names another file or SHOAL_TUNING_BUILTIN another CPU
+  // (tests set them per group).
   static std::mutex mu;
   static std::optional<std::string> loaded_path;
+  static BuiltInCpu loaded_cpu;
   static std::shared_ptr<const Tuning> loaded;
   const auto path = params::text("SHOAL_TUNING");
+  const BuiltInCpu cpu = built_in_cpu();
   std::lock_guard<std::mutex> lock(mu);
-  if (!loaded || path != loaded_path) {
-    loaded = std::make_shared<const Tuning>(load(path));
+  if (!loaded || path != loaded_path || cpu != loaded_cpu) {
+    loaded = std::make_shared<const Tuning>(load(path, cpu));
     loaded_path = path;
+    loaded_cpu = cpu;
   }
   return loaded;
 }
@@ -244,9 +270,15 @@ int Ways::cheaper(Choice op, size_t n, int p) const {
 }
 
 uint64_t Ways::digest() const {
+  // In one order, whatever the order the files and their merge (over) gave.
+  std::vector<CostPoint> sorted = points();
+  std::sort(sorted.begin(), sorted.end(), [](const CostPoint& a, const CostPoint& b) {
+    return std::make_tuple(a.op, a.ranks, a.bytes, a.us[0], a.us[1], a.us2[0], a.us2[1]) <
+           std::make_tuple(b.op, b.ranks, b.bytes, b.us[0], b.us[1], b.us2[0], b.us2[1]);
+  });
   Hash d;
-  d.add(points().size());
-  for (const auto& q : points())
+  d.add(sorted.size());
+  for (const auto& q : sorted)
     d.add(static_cast<uint64_t>(q.op)).add(static_cast<uint64_t>(q.ranks)).add(q.bytes)
         .add(std::bit_cast<uint64_t>(q.us[0])).add(std::bit_cast<uint64_t>(q.us[1]))
         .add(std::bit_cast<uint64_t>(q.us2[0])).add(std::bit_cast<uint64_t>(q.us2[1]));

@@ -114,10 +114,15 @@ struct Tuning {
   }
 };
 
+// The CPU whose built-in points the choices read: SHOAL_TUNING_BUILTIN's, else this CPU's maker's
+// (AMD's for a CPU of another maker). The switches are the same for both.
+enum class BuiltInCpu { amd, intel };
+BuiltInCpu built_in_cpu();
+
 // The tuning in effect: SHOAL_TUNING's (with the built-in points for an op it has none of, and
-// the built-in switches it does not name), else the built-in one; the file is read when first
-// needed and again only if SHOAL_TUNING changes. Throws InvalidArgument naming the file if it
-// cannot be used.
+// the built-in switches it does not name) over the built-in one of built_in_cpu(); the file is
+// read when first needed and again only if SHOAL_TUNING or SHOAL_TUNING_BUILTIN changes. Throws
+// InvalidArgument naming the file if it cannot be used.
 std::shared_ptr<const Tuning> tuning();
 
 // The cost of `way` of `op` at p ranks and n bytes, from `points`. Along n:

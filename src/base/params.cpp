@@ -42,9 +42,15 @@ const std::vector<Param> kParams = {
      "a file of costs measured on this machine, which the automatic choice of algorithm uses instead of the "
      "built-in ones (`scripts/tune_algos.py` writes it; `docs/algorithms.md`, \"Measured cost curves\" and "
      "\"Where the choice changes\"); it may hold points for some ops only, and some switches only. Read when a "
-     "group forms, as are the seven below; set them the same for every rank of a host, and its `switch` lines the "
+     "group forms, as are the eight below; set them the same for every rank of a host, and its `switch` lines the "
      "same for every rank of a group (the group's creation checks)",
-     "the built-in costs (`src/algo/cost_points.inc`), measured on a 2-core AMD EPYC"},
+     "the built-in costs of this CPU's kind (`SHOAL_TUNING_BUILTIN`)"},
+    {"SHOAL_TUNING_BUILTIN", Kind::choice, 0, 0, "auto,amd,intel",
+     "which built-in costs the automatic choice reads for the ops `SHOAL_TUNING` has no points of: `amd` (measured "
+     "on a 2-core AMD EPYC, `src/algo/cost_points.inc`), `intel` (on a 2-core Intel Xeon, "
+     "`src/algo/cost_points_intel.inc`, for the ops it has points of; AMD's for the others) or `auto` (those of "
+     "this CPU's maker; AMD's for another maker)",
+     "`auto`"},
     {"SHOAL_DIRECT_REDUCE", Kind::choice, 0, 0, "auto,one_shot,two_shot",
      "for tuning and tests: how the shared-memory allreduce and reduce above 8 KiB run: `one_shot` (every rank "
      "reads every input; when it fits the scratch area), `two_shot` (each rank reduces a slice) or `auto` (the "
