@@ -1,8 +1,9 @@
 // The machine-dependent part of the automatic choice, as data measured on the machine: where an
 // op has two ways of running on one host, each has a cost curve, and the choice is the cheaper
 // curve at the op's size; between ranks that do not share memory, the sizes at which the choice
-// changes algorithm (Switch, below). Both come from one file: the built-in cost_points.inc, or
-// the one SHOAL_TUNING names.
+// changes algorithm (Switch, below). Both come from one file: the one SHOAL_TUNING names, over
+// the built-in points of the CPU's maker (cost_points_intel.inc on Intel, over cost_points.inc,
+// measured on an AMD EPYC, which also gives the switches).
 //
 // - The direct allreduce and reduce above the small protocol (direct_allreduce.cpp): way 0 is one
 //   shot (every rank, or the root, reads every peer's whole input after one barrier), way 1 two
@@ -30,7 +31,9 @@
 // fast a core reads what another just wrote, and on where the data leaves the caches, so it is
 // measured, not derived: `scripts/tune_algos.py --direct` times both ways at several group sizes
 // and message sizes and writes the medians to the file SHOAL_TUNING names. The built-in points
-// come from the same script on our 2-core machines (docs/algorithms.md, "Measured cost curves").
+// come from the same script on our 2-core machines, one file per CPU maker, as the crossings
+// differ by CPU: on the Intel Xeon single copy wins from 16-32 KiB at 2 ranks, where on the AMD
+// EPYC the scratch wins at most sizes past 512 KiB (docs/algorithms.md, "Measured cost curves").
 //
 // A machine may switch between states for minutes at a time (on our VMs, a cache-line round trip
 // between the cores of ~120 or ~500 ns: BENCHMARKS.md, "Near and far cores"), and the faster way
