@@ -219,25 +219,27 @@ TEST(SingleCopy, NoWriteLandsInTheRootAfterItsFailedGatherReturns) {
 
 // alltoall through the scratch (SHOAL_DIRECT_ALLTOALL=scratch: the measured costs may take the
 // rings at these sizes) writes each block straight into its peer's output when every rank has a
-// core of its own and blocks are 64 KiB - 1 MiB (direct_alltoall.cpp): block sizes at and around
-// both bounds, odd ones, in place, ranks out of step, with single copy on and off; compared against
-// values computed here. At 2 ranks single copy is taken on any machine of 2 cores or more; at 3
-// and 4 where the machine has that many.
-class SingleCopyAlltoall : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
+// core of its own and blocks are from 64 KiB, up to 1 MiB with the AMD points and of any size with
+// the Intel ones (direct_alltoall.cpp): block sizes at and around both bounds, odd ones, a large
+// one, in place, ranks out of step, with single copy on and off, with each CPU's points; compared
+// against values computed here. At 2 ranks single copy is taken on any machine of 2 cores or more;
+// at 3 and 4 where the machine has that many.
+class SingleCopyAlltoall : public ::testing::TestWithParam<std::tuple<int, const char*, const char*>> {};
 
 TEST_P(SingleCopyAlltoall, MatchesTheReference) {
   const int n = std::get<0>(GetParam());
   RunConfig cfg = with_cma("shm", std::get<1>(GetParam()));
   cfg.env.push_back({"SHOAL_DIRECT_ALLTOALL", "scratch"});
+  cfg.env.push_back({"SHOAL_TUNING_BUILTIN", std::get<2>(GetParam())});
   run_ranks(n, cfg, [](Communicator& c) {
     std::mt19937 rng(11 + c.rank());
     const int p = c.size(), me = c.rank();
     const size_t kib = 1024 / sizeof(float);
-    const size_t counts[] = {64 * kib - 1, 64 * kib, 200 * kib + 3, 1024 * kib, 1024 * kib + 1};
+    const size_t counts[] = {64 * kib - 1, 64 * kib, 200 * kib + 3, 1024 * kib, 1024 * kib + 1, 3 * 1024 * kib + 5};
     std::vector<float> in, out;
-    for (int iter = 0; iter < 10; ++iter) {
-      const size_t count = counts[iter % 5];
-      const bool in_place = iter >= 5;
+    for (int iter = 0; iter < 12; ++iter) {
+      const size_t count = counts[iter % 6];
+      const bool in_place = iter >= 6;
       if (rng() % 3 == 0) usleep(rng() % 500);
       auto val = [&](int r, size_t i) SHOAL_TEST_REFERENCE { return static_cast<float>((r + 1) * 1000 + (iter + 1) * 7 + static_cast<int>(i % 13)); };
       in.resize(count * p);
@@ -254,9 +256,11 @@ TEST_P(SingleCopyAlltoall, MatchesTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, SingleCopyAlltoall,
-                         ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values("1", "0")),
+                         ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values("1", "0"),
+                                            ::testing::Values("amd", "intel")),
                          [](const auto& info) {
-                           return "n" + std::to_string(std::get<0>(info.param)) + (std::get<1>(info.param)[0] == '1' ? "_cma" : "_copies");
+                           return "n" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param)[0] == '1' ? "_cma_" : "_copies_") + std::get<2>(info.param);
                          });
 
 // broadcast above the small protocol, each way forced (SHOAL_DIRECT_BROADCAST) and chosen by the

@@ -241,6 +241,7 @@ double way_us(const std::vector<CostPoint>& points, Choice op, int p, size_t n, 
 Ways Ways::current() {
   Ways w;
   w.tuning_ = tuning();
+  w.cpu_ = built_in_cpu();
   for (size_t i = 0; i < std::size(kForcings); ++i) {
     const auto forced = params::choice(kForcings[i].setting);
     if (forced && *forced != "auto") w.forced_[i] = *forced == kForcings[i].way0 ? 0 : 1;
@@ -283,6 +284,7 @@ uint64_t Ways::digest() const {
         .add(std::bit_cast<uint64_t>(q.us[0])).add(std::bit_cast<uint64_t>(q.us[1]))
         .add(std::bit_cast<uint64_t>(q.us2[0])).add(std::bit_cast<uint64_t>(q.us2[1]));
   for (int f : forced_) d.add(static_cast<uint64_t>(f + 1));
+  d.add(static_cast<uint64_t>(cpu_));
   return d.value();
 }
 

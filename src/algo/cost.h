@@ -178,9 +178,12 @@ class Ways {
   // run among ranks of any hosts).
   uint64_t switches_digest() const;
   const std::vector<CostPoint>& points() const { return tuning_->points; }
+  // The CPU whose built-in points these are (built_in_cpu() when the group formed).
+  BuiltInCpu cpu() const { return cpu_; }
 
  private:
   std::shared_ptr<const Tuning> tuning_;
+  BuiltInCpu cpu_ = BuiltInCpu::amd;
   int forced_[kForcedWays] = {-1, -1, -1, -1, -1, -1};  // by the setting (cost.cpp, kForcings): the way, or -1
   mutable StoresChoice stores_;  // SHOAL_DIRECT_STORES
 };

@@ -19,9 +19,11 @@
 // j's output, all p-1 writes of all ranks at once, with two barriers in all. A kernel copy costs
 // more CPU per byte than a copy in user space (BENCHMARKS.md, "alltoall by single copy"), so it
 // pays only where the copies run in parallel on cores of their own and where the pipeline's
-// barriers weigh; with ranks sharing cores, or from 2 MiB blocks, the pipeline was as fast or
-// faster (BENCHMARKS.md, "alltoall by single copy"). Writing beats reading: the writer's block is
-// in its own cache (a producer just wrote it); a reader would fetch it from the writer's.
+// barriers weigh; with ranks sharing cores, or from 2 MiB blocks on the AMD EPYC, the pipeline was
+// as fast or faster (BENCHMARKS.md, "alltoall by single copy"). On the Intel Xeon the kernel's copy
+// beats the pipeline's two at every block size from 64 KiB (BENCHMARKS.md, "The built-in costs of
+// an Intel Xeon"). Writing beats reading: the writer's block is in its own cache (a producer just
+// wrote it); a reader would fetch it from the writer's.
 #include <algorithm>
 
 #include "algo/cost.h"
@@ -33,12 +35,14 @@ using namespace direct;
 
 namespace {
 constexpr size_t kSingleCopyMinBlock = size_t(64) << 10;
-constexpr size_t kSingleCopyMaxBlock = size_t(1) << 20;
+constexpr size_t kSingleCopyMaxBlockAmd = size_t(1) << 20;
 
-// The same answer on every rank: the block size, and the group's core count (ShmGroup::cores).
+// The same answer on every rank: the block size, the group's core count (ShmGroup::cores), and the
+// CPU of the group's built-in points (the ranks of a host agree on it: rendezvous).
 bool use_single_copy_alltoall(Ctx& c, size_t block) {
   ShmGroup& g = *c.shm();
-  return block >= kSingleCopyMinBlock && block <= kSingleCopyMaxBlock && c.size <= g.cores() && g.single_copy();
+  const bool below_max = c.ways().cpu() == BuiltInCpu::intel || block <= kSingleCopyMaxBlockAmd;
+  return block >= kSingleCopyMinBlock && below_max && c.size <= g.cores() && g.single_copy();
 }
 }  // namespace
 
