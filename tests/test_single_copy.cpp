@@ -222,8 +222,8 @@ TEST(SingleCopy, NoWriteLandsInTheRootAfterItsFailedGatherReturns) {
 // core of its own and blocks are from 64 KiB, up to 1 MiB with the AMD points and of any size with
 // the Intel ones (direct_alltoall.cpp): block sizes at and around both bounds, odd ones, a large
 // one, in place, ranks out of step, with single copy on and off, with each CPU's points; compared
-// against values computed here. At 2 ranks single copy is taken on any machine of 2 cores or more;
-// at 3 and 4 where the machine has that many.
+// against values computed here. With the AMD points single copy is taken at 2 ranks on any machine
+// of 2 cores or more, at 3 and 4 where the machine has that many; with the Intel ones at any size.
 class SingleCopyAlltoall : public ::testing::TestWithParam<std::tuple<int, const char*, const char*>> {};
 
 TEST_P(SingleCopyAlltoall, MatchesTheReference) {

@@ -13,17 +13,17 @@
 // holds block j's), and piece m-1 of its own block out of every peer's slot; barriers between
 // phases, end() as the other chunked direct ops (direct_common.h).
 //
-// Single copy (direct_common.h), where the kernel permits it, every rank has a core of its own
-// and blocks are from kSingleCopyMinBlock to kSingleCopyMaxBlock: 2·α + (p-1)·b·β' per rank (b =
-// block bytes, β' = a process_vm_writev per byte). Each rank writes its block for j straight into
-// j's output, all p-1 writes of all ranks at once, with two barriers in all. A kernel copy costs
-// more CPU per byte than a copy in user space (BENCHMARKS.md, "alltoall by single copy"), so it
-// pays only where the copies run in parallel on cores of their own and where the pipeline's
-// barriers weigh; with ranks sharing cores, or from 2 MiB blocks on the AMD EPYC, the pipeline was
+// Single copy (direct_common.h), where the kernel permits it and blocks are kSingleCopyMinBlock or
+// more (with the AMD points: up to kSingleCopyMaxBlockAmd, every rank on a core of its own):
+// 2·α + (p-1)·b·β' per rank (b = block bytes, β' = a process_vm_writev per byte). Each rank writes
+// its block for j straight into j's output, all p-1 writes of all ranks at once, with two barriers
+// in all. On the AMD EPYC a kernel copy costs more CPU per byte than a copy in user space
+// (BENCHMARKS.md, "alltoall by single copy"), so it pays only where the copies run in parallel on
+// cores of their own and where the pipeline's barriers weigh; with ranks sharing cores, or from 2 MiB blocks on the AMD EPYC, the pipeline was
 // as fast or faster (BENCHMARKS.md, "alltoall by single copy"). On the Intel Xeon the kernel's copy
-// beats the pipeline's two at every block size from 64 KiB (BENCHMARKS.md, "The built-in costs of
-// an Intel Xeon"). Writing beats reading: the writer's block is in its own cache (a producer just
-// wrote it); a reader would fetch it from the writer's.
+// beats the pipeline's two at every block size from 64 KiB, and with ranks sharing cores too
+// (BENCHMARKS.md, "The built-in costs of an Intel Xeon"). Writing beats reading: the writer's block
+// is in its own cache (a producer just wrote it); a reader would fetch it from the writer's.
 #include <algorithm>
 
 #include "algo/cost.h"
@@ -41,8 +41,9 @@ constexpr size_t kSingleCopyMaxBlockAmd = size_t(1) << 20;
 // CPU of the group's built-in points (the ranks of a host agree on it: rendezvous).
 bool use_single_copy_alltoall(Ctx& c, size_t block) {
   ShmGroup& g = *c.shm();
-  const bool below_max = c.ways().cpu() == BuiltInCpu::intel || block <= kSingleCopyMaxBlockAmd;
-  return block >= kSingleCopyMinBlock && below_max && c.size <= g.cores() && g.single_copy();
+  if (!g.single_copy() || block < kSingleCopyMinBlock) return false;
+  if (c.ways().cpu() == BuiltInCpu::intel) return true;
+  return block <= kSingleCopyMaxBlockAmd && c.size <= g.cores();
 }
 }  // namespace
 
