@@ -21,7 +21,7 @@ in one shot or two, SHOAL_DIRECT_REDUCE; alltoall and alltoallv through the scra
 rings, SHOAL_DIRECT_ALLTOALL; broadcast, allgather, scatter and gather through the scratch or by
 single copy, SHOAL_DIRECT_BROADCAST, _ALLGATHER, _SCATTER and _GATHER) at each group size and message size, rounds outermost, and prints the
 medians in the format SHOAL_TUNING reads; --out adds them to FILE (in place of its lines for the
-same points). The built-in points, src/algo/cost_points.inc, are such files. A round runs both ways of an op and group size back to
+same points). The built-in points, src/algo/cost_points.inc (AMD) and cost_points_intel.inc (Intel), are such files. A round runs both ways of an op and group size back to
 back; each point holds two rounds' pairs, the round least favourable to way 0 and the one least
 favourable to way 1 (the second worst of five or more), so that the choice (src/algo/cost.h) is
 the way that loses least in the worse of the machine's stretches (near and far cores).
