@@ -14,7 +14,8 @@
 // phases, end() as the other chunked direct ops (direct_common.h).
 //
 // Single copy (direct_common.h), where the kernel permits it and blocks are kSingleCopyMinBlock or
-// more (with the AMD points: up to kSingleCopyMaxBlockAmd, every rank on a core of its own):
+// more (with the AMD points: up to kSingleCopyMaxBlockAmd, every rank on a core of its own; with
+// the Intel ones, from kSingleCopyMinBlockOwnCores where every rank has a core of its own):
 // 2·α + (p-1)·b·β' per rank (b = block bytes, β' = a process_vm_writev per byte). Each rank writes
 // its block for j straight into j's output, all p-1 writes of all ranks at once, with two barriers
 // in all. On the AMD EPYC a kernel copy costs more CPU per byte than a copy in user space
@@ -36,14 +37,19 @@ using namespace direct;
 namespace {
 constexpr size_t kSingleCopyMinBlock = size_t(64) << 10;
 constexpr size_t kSingleCopyMaxBlockAmd = size_t(1) << 20;
+// With the Intel points and a core per rank, from blocks this small (BENCHMARKS.md, "The built-in
+// costs of an Intel Xeon": at 2 ranks 16 KiB blocks took 2.7 µs against 4.2 by the pipeline; with
+// ranks sharing cores the pipeline stays ahead below kSingleCopyMinBlock).
+constexpr size_t kSingleCopyMinBlockOwnCores = size_t(4) << 10;
 
 // The same answer on every rank: the block size, the group's core count (ShmGroup::cores), and the
 // CPU of the group's built-in points (the ranks of a host agree on it: rendezvous).
 bool use_single_copy_alltoall(Ctx& c, size_t block) {
   ShmGroup& g = *c.shm();
-  if (!g.single_copy() || block < kSingleCopyMinBlock) return false;
-  if (c.ways().cpu() == BuiltInCpu::intel) return true;
-  return block <= kSingleCopyMaxBlockAmd && c.size <= g.cores();
+  if (!g.single_copy()) return false;
+  const bool own_cores = c.size <= g.cores();
+  if (c.ways().cpu() == BuiltInCpu::intel) return block >= (own_cores ? kSingleCopyMinBlockOwnCores : kSingleCopyMinBlock);
+  return block >= kSingleCopyMinBlock && block <= kSingleCopyMaxBlockAmd && own_cores;
 }
 }  // namespace
 
