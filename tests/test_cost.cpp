@@ -323,6 +323,24 @@ TEST(CostCurves, EachCpuReadsItsOwnBuiltInPoints) {
     EXPECT_EQ(sorted(tuning()->points), sorted(want));
   }
   std::remove(path.c_str());
+  // With a file of points for every op the CPU still decides (the alltoall's single copy,
+  // direct_alltoall.cpp): it is in the digest a host's ranks compare.
+  {
+    std::string all_ops;
+    for (Choice op : kAllChoices) all_ops += std::string("direct ") + choice_name(op) + " 2 16384 1 2\n";
+    std::ofstream(path) << all_ops;
+    ScopedEnv file("SHOAL_TUNING", path.c_str());
+    uint64_t digests[2] = {};
+    for (bool on_intel : {false, true}) {
+      ScopedEnv kind("SHOAL_TUNING_BUILTIN", on_intel ? "intel" : "amd");
+      const Ways w = Ways::current();
+      EXPECT_EQ(w.cpu(), on_intel ? BuiltInCpu::intel : BuiltInCpu::amd);
+      EXPECT_EQ(w.points().size(), std::size(kAllChoices));
+      digests[on_intel] = w.digest();
+    }
+    EXPECT_NE(digests[0], digests[1]);
+    std::remove(path.c_str());
+  }
   // Where the two CPUs' tunes disagree, each takes its own: a 2 MiB scatter at 2 ranks goes
   // through the scratch on the AMD EPYC and by single copy on the Intel Xeon (BENCHMARKS.md,
   // "The built-in costs of an Intel Xeon").

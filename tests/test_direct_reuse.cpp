@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "algo/cost.h"
 #include "algo/direct_common.h"
 #include "harness.h"
 
@@ -288,8 +289,8 @@ INSTANTIATE_TEST_SUITE_P(All, DirectReduceWays,
                          ::testing::Combine(::testing::Values(2, 3, 5, 8), ::testing::Values("one_shot", "two_shot")),
                          [](const auto& info) { return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param); });
 
-// Ranks that would choose ways differently (a different SHOAL_DIRECT_REDUCE, SHOAL_DIRECT_ALLTOALL
-// or SHOAL_TUNING) fail the group's creation on every rank, naming the first that differs from
+// Ranks that would choose ways differently (a different SHOAL_DIRECT_REDUCE, SHOAL_DIRECT_ALLTOALL,
+// SHOAL_TUNING or SHOAL_TUNING_BUILTIN) fail the group's creation on every rank, naming the first that differs from
 // rank 0, never a hang or a wrong result in an op.
 class DirectWaysAgreement : public ::testing::TestWithParam<std::string> {};
 
@@ -302,7 +303,19 @@ TEST_P(DirectWaysAgreement, RanksThatWouldChooseDifferentlyFailTheGroupsCreation
     f << "direct allreduce 2 16384 1 2\ndirect reduce 2 16384 1 2\ndirect alltoall 2 16384 1 2\n";
   }
   RunConfig cfg = timed_config("shm", std::chrono::seconds(20), std::chrono::seconds(60));
-  cfg.before_construct = [setting, path](int rank) {
+  // SHOAL_TUNING_BUILTIN: every rank reads one file with points for every op, so that only the
+  // CPU the ranks' built-in points are for differs (it decides ways too: direct_alltoall.cpp).
+  std::string all_ops;
+  for (const char* op : {"allreduce", "reduce", "alltoall", "alltoallv", "broadcast", "allgather", "scatter", "gather"})
+    all_ops += std::string("direct ") + op + " 2 16384 1 2\n";
+  const std::string all_path = path + ".all";
+  if (setting == "SHOAL_TUNING_BUILTIN") std::ofstream(all_path) << all_ops;
+  cfg.before_construct = [setting, path, all_path](int rank) {
+    if (setting == "SHOAL_TUNING_BUILTIN") {
+      setenv("SHOAL_TUNING", all_path.c_str(), 1);
+      if (rank == 2) setenv("SHOAL_TUNING_BUILTIN", algo::built_in_cpu() == algo::BuiltInCpu::intel ? "amd" : "intel", 1);
+      return;
+    }
     if (rank != 2) return;
     if (setting == "SHOAL_TUNING") setenv("SHOAL_TUNING", path.c_str(), 1);
     else setenv(setting.c_str(), setting == "SHOAL_DIRECT_REDUCE" ? "two_shot" : "pairwise", 1);
@@ -315,33 +328,42 @@ TEST_P(DirectWaysAgreement, RanksThatWouldChooseDifferentlyFailTheGroupsCreation
         << o.message;
   }
   std::remove(path.c_str());
+  std::remove(all_path.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(All, DirectWaysAgreement,
-                         ::testing::Values("SHOAL_DIRECT_REDUCE", "SHOAL_DIRECT_ALLTOALL", "SHOAL_TUNING"),
+                         ::testing::Values("SHOAL_DIRECT_REDUCE", "SHOAL_DIRECT_ALLTOALL", "SHOAL_TUNING", "SHOAL_TUNING_BUILTIN"),
                          [](const auto& info) { return info.param; });
 
 // A rank whose settings cannot be read (here SHOAL_TUNING names no file) fails with that reason,
-// and its peers fail at once naming the rank and the reason, not at the rendezvous timeout.
-TEST(DirectWaysAgreement, AnUnreadableSettingFailsEveryRankAtOnce) {
+// and its peers fail at once naming the rank and the reason, not at the rendezvous timeout; rank 0,
+// which serves the store, too.
+class UnreadableSetting : public ::testing::TestWithParam<int> {};
+
+TEST_P(UnreadableSetting, FailsEveryRankAtOnce) {
+  const int bad = GetParam();
   const std::string path = ::testing::TempDir() + "shoal-tuning-missing-" + std::to_string(getpid()) + ".txt";
   std::remove(path.c_str());
   RunConfig cfg = timed_config("shm", std::chrono::seconds(30), std::chrono::seconds(90));
-  cfg.before_construct = [path](int rank) {
-    if (rank == 2) setenv("SHOAL_TUNING", path.c_str(), 1);
+  cfg.before_construct = [path, bad](int rank) {
+    if (rank == bad) setenv("SHOAL_TUNING", path.c_str(), 1);
   };
   const auto start = std::chrono::steady_clock::now();
   const RunResult res = run_ranks_outcomes(3, cfg, [](Communicator&) { SH_CHECK(false) << "the group formed"; });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(res.ranks.size(), 3u) << res.describe();
+  const std::string named = "rank " + std::to_string(bad) + " failed to set up";
   for (const auto& o : res.ranks) {
     EXPECT_EQ(o.error_kind, "setup") << res.describe();
     EXPECT_NE(o.message.find(path + "': cannot read the file"), std::string::npos) << res.describe();
-    if (o.rank == 2) EXPECT_EQ(o.setup_kind, "InvalidArgument") << res.describe();
-    else EXPECT_NE(o.message.find("rank 2 failed to set up"), std::string::npos) << res.describe();
+    if (o.rank == bad) EXPECT_EQ(o.setup_kind, "InvalidArgument") << res.describe();
+    else EXPECT_NE(o.message.find(named), std::string::npos) << res.describe();
   }
   EXPECT_LT(seconds, 15.0) << "the peers waited for the rendezvous timeout (30 s): " << res.describe();
 }
+
+INSTANTIATE_TEST_SUITE_P(All, UnreadableSetting, ::testing::Values(0, 2),
+                         [](const auto& info) { return "rank" + std::to_string(info.param); });
 
 // The switches of the automatic choice over the network drive choices among ranks of any hosts:
 // a rank on another host that reads another switch fails the group's creation on every rank.

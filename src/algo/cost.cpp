@@ -200,7 +200,7 @@ BuiltInCpu built_in_cpu() {
   return BuiltInCpu::amd;
 }
 
-std::shared_ptr<const Tuning> tuning() {
+std::shared_ptr<const Tuning> tuning(BuiltInCpu cpu) {
   // Read again only when SHOAL_TUNING names another file or SHOAL_TUNING_BUILTIN another CPU
   // (tests set them per group).
   static std::mutex mu;
@@ -208,7 +208,6 @@ std::shared_ptr<const Tuning> tuning() {
   static BuiltInCpu loaded_cpu;
   static std::shared_ptr<const Tuning> loaded;
   const auto path = params::text("SHOAL_TUNING");
-  const BuiltInCpu cpu = built_in_cpu();
   std::lock_guard<std::mutex> lock(mu);
   if (!loaded || path != loaded_path || cpu != loaded_cpu) {
     loaded = std::make_shared<const Tuning>(load(path, cpu));
@@ -240,8 +239,8 @@ double way_us(const std::vector<CostPoint>& points, Choice op, int p, size_t n, 
 
 Ways Ways::current() {
   Ways w;
-  w.tuning_ = tuning();
   w.cpu_ = built_in_cpu();
+  w.tuning_ = tuning(w.cpu_);
   for (size_t i = 0; i < std::size(kForcings); ++i) {
     const auto forced = params::choice(kForcings[i].setting);
     if (forced && *forced != "auto") w.forced_[i] = *forced == kForcings[i].way0 ? 0 : 1;

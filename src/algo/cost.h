@@ -126,7 +126,7 @@ BuiltInCpu built_in_cpu();
 // the built-in switches it does not name) over the built-in one of built_in_cpu(); the file is
 // read when first needed and again only if SHOAL_TUNING or SHOAL_TUNING_BUILTIN changes. Throws
 // InvalidArgument naming the file if it cannot be used.
-std::shared_ptr<const Tuning> tuning();
+std::shared_ptr<const Tuning> tuning(BuiltInCpu cpu = built_in_cpu());
 
 // The cost of `way` of `op` at p ranks and n bytes, from `points`. Along n:
 // the straight line through the two measured sizes around n (below the smallest: its time; above

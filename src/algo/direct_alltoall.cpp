@@ -14,17 +14,17 @@
 // phases, end() as the other chunked direct ops (direct_common.h).
 //
 // Single copy (direct_common.h), where the kernel permits it and blocks are kSingleCopyMinBlock or
-// more (with the AMD points: up to kSingleCopyMaxBlockAmd, every rank on a core of its own; with
-// the Intel ones, from kSingleCopyMinBlockOwnCores where every rank has a core of its own):
-// 2·α + (p-1)·b·β' per rank (b = block bytes, β' = a process_vm_writev per byte). Each rank writes
-// its block for j straight into j's output, all p-1 writes of all ranks at once, with two barriers
-// in all. On the AMD EPYC a kernel copy costs more CPU per byte than a copy in user space
+// more (where the group's built-in points are AMD's: up to kSingleCopyMaxBlockAmd, every rank on a
+// core of its own; where they are Intel's: from kSingleCopyMinBlockOwnCores where every rank has a
+// core): 2·α + (p-1)·b·β' per rank (b = block bytes, β' = a process_vm_writev per byte). Each rank
+// writes its block for j straight into j's output, all p-1 writes of all ranks at once, with two
+// barriers in all. On the AMD EPYC a kernel copy costs more CPU per byte than a copy in user space
 // (BENCHMARKS.md, "alltoall by single copy"), so it pays only where the copies run in parallel on
-// cores of their own and where the pipeline's barriers weigh; with ranks sharing cores, or from 2 MiB blocks on the AMD EPYC, the pipeline was
-// as fast or faster (BENCHMARKS.md, "alltoall by single copy"). On the Intel Xeon the kernel's copy
-// beats the pipeline's two at every block size from 64 KiB, and with ranks sharing cores too
-// (BENCHMARKS.md, "The built-in costs of an Intel Xeon"). Writing beats reading: the writer's block
-// is in its own cache (a producer just wrote it); a reader would fetch it from the writer's.
+// cores of their own and where the pipeline's barriers weigh: there, with ranks sharing cores or
+// from 2 MiB blocks, the pipeline was as fast or faster. On the Intel Xeon the kernel's copy beats
+// the pipeline's two at every block size from 64 KiB, with ranks sharing cores too (BENCHMARKS.md,
+// "The built-in costs of an Intel Xeon"). Writing beats reading: the writer's block is in its own
+// cache (a producer just wrote it); a reader would fetch it from the writer's.
 #include <algorithm>
 
 #include "algo/cost.h"
@@ -37,13 +37,15 @@ using namespace direct;
 namespace {
 constexpr size_t kSingleCopyMinBlock = size_t(64) << 10;
 constexpr size_t kSingleCopyMaxBlockAmd = size_t(1) << 20;
-// With the Intel points and a core per rank, from blocks this small (BENCHMARKS.md, "The built-in
-// costs of an Intel Xeon": at 2 ranks 16 KiB blocks took 2.7 µs against 4.2 by the pipeline; with
-// ranks sharing cores the pipeline stays ahead below kSingleCopyMinBlock).
+// Where the group's built-in points are Intel's and every rank has a core, from blocks this small:
+// at 2 ranks 16 KiB blocks took 2.8 µs against 4.0 by the pipeline, 32 KiB ones 4.2 against 5.6
+// (BENCHMARKS.md, "The built-in costs of an Intel Xeon"); the bound below, down to the small
+// protocol's, is extrapolated. With ranks sharing cores the pipeline stays ahead below
+// kSingleCopyMinBlock.
 constexpr size_t kSingleCopyMinBlockOwnCores = size_t(4) << 10;
 
 // The same answer on every rank: the block size, the group's core count (ShmGroup::cores), and the
-// CPU of the group's built-in points (the ranks of a host agree on it: rendezvous).
+// CPU of the group's built-in points (Ways::cpu, which the ranks of a host agree on: rendezvous).
 bool use_single_copy_alltoall(Ctx& c, size_t block) {
   ShmGroup& g = *c.shm();
   if (!g.single_copy()) return false;

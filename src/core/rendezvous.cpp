@@ -222,16 +222,16 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   // is no address to advertise).
   // With them, what the automatic choices on one host read (algo/cost.h): ranks that read
   // different costs or settings could run one op different ways. Reading them here also fails
-  // the group's creation on a value that cannot be used (SHOAL_TUNING, SHOAL_DIRECT_*), not an op.
-  // A value that cannot be used fails this rank with its own error and its peers at once, naming
-  // it, rather than leaving them to wait for this rank's identity until the timeout.
+  // the group's creation on a value that cannot be used (SHOAL_TUNING, SHOAL_TUNING_BUILTIN,
+  // SHOAL_DIRECT_*), not an op. Such a value fails this rank with its own error and its peers at
+  // once, naming it, rather than leaving them to wait for this rank's identity until the timeout.
   const std::string me = host_identity(), my_network = network_identity();
   std::string ways_error;
   std::exception_ptr ways_failure;
   try {
     topo.ways = algo::Ways::current();
-  } catch (const Error& e) {
-    ways_error = e.what();
+  } catch (const std::exception& e) {
+    ways_error = *e.what() ? e.what() : "reading the settings of the automatic choice failed";
     ways_failure = std::current_exception();
   }
   const std::string my_tuning =
