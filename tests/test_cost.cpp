@@ -260,11 +260,10 @@ TEST(CostCurves, BuiltInPointsCoverEveryOp) {
   }
 }
 
-// The points as (op, ranks, bytes, times), sorted: two tunings hold the same points whatever their order.
-std::vector<std::tuple<int, int, size_t, double, double, double, double>> sorted(const std::vector<CostPoint>& points) {
-  std::vector<std::tuple<int, int, size_t, double, double, double, double>> out;
-  for (const auto& q : points)
-    out.emplace_back(static_cast<int>(q.op), q.ranks, q.bytes, q.us[0], q.us[1], q.us2[0], q.us2[1]);
+// The points' keys, sorted: two tunings hold the same points whatever their order.
+std::vector<decltype(point_key(CostPoint{}))> sorted(const std::vector<CostPoint>& points) {
+  std::vector<decltype(point_key(CostPoint{}))> out;
+  for (const auto& q : points) out.push_back(point_key(q));
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -13,7 +13,6 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
-#include <tuple>
 #include <vector>
 
 #include "base/params.h"
@@ -109,18 +108,22 @@ Tuning over(Tuning t, const Tuning& under) {
   return t;
 }
 
-// SHOAL_TUNING's tuning over the built-in one of `cpu`.
+// SHOAL_TUNING's tuning over the built-in one of `cpu`, its points in point_key's order.
 Tuning load(const std::optional<std::string>& path, BuiltInCpu cpu) {
-  Tuning built_in = parse_tuning(kBuiltIn, "the built-in tuning");
+  Tuning t = parse_tuning(kBuiltIn, "the built-in tuning");
   for (size_t i = 0; i < kSwitches; ++i)
-    if (!built_in.has_all[i]) throw Error(std::string("the built-in tuning has no switch ") + kSwitchNames[i]);
-  if (cpu == BuiltInCpu::intel) built_in = over(parse_tuning(kBuiltInIntel, "the built-in tuning for Intel"), built_in);
-  if (!path) return built_in;
-  std::ifstream f(*path);
-  if (!f) throw InvalidArgument("SHOAL_TUNING='" + *path + "': cannot read the file");
-  std::stringstream s;
-  s << f.rdbuf();
-  return over(parse_tuning(s.str(), "SHOAL_TUNING='" + *path + "'"), built_in);
+    if (!t.has_all[i]) throw Error(std::string("the built-in tuning has no switch ") + kSwitchNames[i]);
+  if (cpu == BuiltInCpu::intel) t = over(parse_tuning(kBuiltInIntel, "the built-in tuning for Intel"), t);
+  if (path) {
+    std::ifstream f(*path);
+    if (!f) throw InvalidArgument("SHOAL_TUNING='" + *path + "': cannot read the file");
+    std::stringstream s;
+    s << f.rdbuf();
+    t = over(parse_tuning(s.str(), "SHOAL_TUNING='" + *path + "'"), t);
+  }
+  std::sort(t.points.begin(), t.points.end(),
+            [](const CostPoint& a, const CostPoint& b) { return point_key(a) < point_key(b); });
+  return t;
 }
 
 // The value at n of the straight lines through (xs[i], ys[i]), xs ascending: below the first
@@ -270,15 +273,9 @@ int Ways::cheaper(Choice op, size_t n, int p) const {
 }
 
 uint64_t Ways::digest() const {
-  // In one order, whatever the order the files and their merge (over) gave.
-  std::vector<CostPoint> sorted = points();
-  std::sort(sorted.begin(), sorted.end(), [](const CostPoint& a, const CostPoint& b) {
-    return std::make_tuple(a.op, a.ranks, a.bytes, a.us[0], a.us[1], a.us2[0], a.us2[1]) <
-           std::make_tuple(b.op, b.ranks, b.bytes, b.us[0], b.us[1], b.us2[0], b.us2[1]);
-  });
   Hash d;
-  d.add(sorted.size());
-  for (const auto& q : sorted)
+  d.add(points().size());
+  for (const auto& q : points())  // in one order: point_key's (load)
     d.add(static_cast<uint64_t>(q.op)).add(static_cast<uint64_t>(q.ranks)).add(q.bytes)
         .add(std::bit_cast<uint64_t>(q.us[0])).add(std::bit_cast<uint64_t>(q.us[1]))
         .add(std::bit_cast<uint64_t>(q.us2[0])).add(std::bit_cast<uint64_t>(q.us2[1]));

@@ -45,6 +45,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <cstdint>
@@ -96,6 +97,12 @@ struct CostPoint {
   double us[2] = {0, 0};   // way 0, way 1 (above)
   double us2[2] = {0, 0};  // the second pair (above); us where there is one only
 };
+// Every field of a point, to order points by: the tuning in effect holds its points in this order,
+// whatever order its files and their merge gave, so that ranks holding the same points digest them
+// alike (Ways::digest).
+inline auto point_key(const CostPoint& q) {
+  return std::make_tuple(q.op, q.ranks, q.bytes, q.us[0], q.us[1], q.us2[0], q.us2[1]);
+}
 
 // What a tuning file holds: the measured points of the direct ops' two ways, and the switches.
 struct Tuning {
