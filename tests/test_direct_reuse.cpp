@@ -81,10 +81,10 @@ static void every_op_with_odd_and_even_chunk_counts(int n, const char* stores, b
     const int p = c.size(), me = c.rank();
     const size_t counts[] = {5, 20000, 50000, 90000};  // f32: up to ~3 chunks per block
     std::vector<float> in, out;
-    for (int iter = 0; iter < 120; ++iter) {
+    for (int iter = 0; iter < 135; ++iter) {
       const size_t count = counts[(iter / 5) % 4];
       if (rng() % 3 == 0) usleep(rng() % 200);
-      const int kind = iter % 8, root = (iter / 8 + iter) % p;  // every op meets every root
+      const int kind = iter % 9, root = (iter / 9 + iter) % p;  // every op meets every root
       auto val = [&](int r, size_t i) { return static_cast<float>((r + 1) * (iter % 13 + 1) + static_cast<int>(i % 5)); };
       if (kind == 0) {  // broadcast
         in.assign(count, 0);
@@ -149,6 +149,19 @@ static void every_op_with_odd_and_even_chunk_counts(int n, const char* stores, b
         for (int j = 0, o = 0; j < p; o += static_cast<int>(rc[j]), ++j)
           for (size_t i = 0; i < rc[j]; ++i)
             SH_CHECK(out[o + i] == val(j, me * 7 + i)) << "alltoallv iter " << iter << " from " << j << " i " << i;
+      } else if (kind == 7) {  // reduce, in place at the root every other time
+        in.resize(count);
+        out.assign(count, -1);
+        for (size_t i = 0; i < count; ++i) in[i] = val(me, i);
+        float* dst = iter % 18 == 7 ? in.data() : out.data();
+        c.reduce(in.data(), dst, count, DType::f32, ReduceOp::sum, root, {Algo::direct})->wait();
+        if (me == root) {
+          for (size_t i = 0; i < count; ++i) {
+            float want = 0;
+            for (int r = 0; r < p; ++r) want += val(r, i);
+            SH_CHECK(dst[i] == want) << "reduce iter " << iter << " i " << i;
+          }
+        }
       } else {  // allreduce
         in.resize(count);
         out.assign(count, -1);
@@ -224,6 +237,63 @@ TEST_P(DirectReuse, RanksRunningAheadReuseASlotOnlyOnceItsReadersAreDone) {
             }
           }
         }
+      }
+    }
+  });
+}
+
+// A reduce's one shot is streamed (src/algo/direct_allreduce.cpp, reduce_streamed): the root
+// reads each piece once it is published, the others wrap around their slot once the root has
+// reduced what they overwrite, and the root leaves last. With a 128 KiB slot, vectors of one piece,
+// of a slot and a half, and of many times the slot, back to back with rotating roots, in place
+// at the root every third time, mixed with allreduces and out of step, against sums and maxima
+// computed here: a piece overwritten before the root read it, or read before it was written,
+// shows as a wrong element.
+TEST_P(DirectReuse, StreamedReducesWrapTheirSlotOutOfStep) {
+  RunConfig cfg = transport_config("shm");
+  cfg.env.push_back({"SHOAL_SHM_SCRATCH", std::to_string((256 << 10) + algo::direct::kHeaderBytes + algo::direct::kSmallArea)});
+  cfg.env.push_back({"SHOAL_DIRECT_REDUCE", "one_shot"});
+  run_ranks(GetParam(), cfg, [](Communicator& c) {
+    std::mt19937 rng(5 + c.rank());
+    const int p = c.size(), me = c.rank();
+    const size_t counts[] = {3000, 50001, 300007, 7000};
+    std::vector<float> in, out;
+    std::vector<int64_t> in64, out64;
+    for (int iter = 0; iter < 48; ++iter) {
+      const size_t count = counts[iter % 4];
+      const int root = (iter / 4 + iter) % p;
+      if (rng() % 3 == 0) usleep(rng() % 300);
+      auto val = [&](int r, size_t i) { return static_cast<float>((r + 1) * (iter % 11 + 1) + static_cast<int>(i % 13)); };
+      in.resize(count);
+      out.assign(count, -1);
+      for (size_t i = 0; i < count; ++i) in[i] = val(me, i);
+      if (iter % 5 == 4) {
+        c.allreduce(in.data(), out.data(), count, DType::f32, ReduceOp::sum, {Algo::direct})->wait();
+      } else {
+        float* dst = iter % 3 == 0 ? in.data() : out.data();
+        c.reduce(in.data(), dst, count, DType::f32, ReduceOp::sum, root, {Algo::direct})->wait();
+        if (me != root)
+          SH_CHECK(out[0] == -1 && out[count - 1] == -1) << "reduce wrote a non-root rank's output";
+        else
+          out.assign(dst, dst + count);
+      }
+      for (size_t i = 0; (iter % 5 == 4 || me == root) && i < count; ++i) {
+        float want = 0;
+        for (int r = 0; r < p; ++r) want += val(r, i);
+        SH_CHECK(out[i] == want) << "iter " << iter << " (" << (iter % 5 == 4 ? "allreduce" : "reduce") << " of " << count
+                                 << ", root " << root << ") element " << i << ": got " << out[i] << ", expected " << want;
+      }
+      if (iter % 8 == 1) {  // i64 max beyond 2^53: a trip through floating point would show
+        in64.resize(count);
+        out64.assign(count, 0);
+        for (size_t i = 0; i < count; ++i) in64[i] = (int64_t(1) << 60) + int64_t(i % 97) * 1000 + (me * 7 + static_cast<int>(i)) % p;
+        c.reduce(in64.data(), out64.data(), count, DType::i64, ReduceOp::max, root, {Algo::direct})->wait();
+        if (me == root)
+          for (size_t i = 0; i < count; ++i) {
+            int64_t want = INT64_MIN;
+            for (int r = 0; r < p; ++r) want = std::max(want, (int64_t(1) << 60) + int64_t(i % 97) * 1000 + (r * 7 + static_cast<int>(i)) % p);
+            SH_CHECK(out64[i] == want) << "reduce max of " << count << " i64, element " << i;
+          }
       }
     }
   });

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "algo/direct_common.h"
 #include "harness.h"
 
 using namespace shoal;
@@ -382,6 +383,76 @@ TEST_P(Mismatched, EveryRankGetsAnError) {
     EXPECT_LT(o.fail_seconds, kTimeout + 3.0) << res.describe();
   }
 }
+
+// A reduce's streamed one shot (src/algo/direct_allreduce.cpp): the root reads the others'
+// pieces as they come and they wait for it before wrapping around their slot, with no barrier
+// before either. A count, a root or an op that differs on the last rank (a non-root, or the root)
+// fails every rank with PeerError within the timeout, never a hang; the vectors span many slots
+// (ring wrap) or less than one.
+struct StreamedMismatch {
+  const char* name;
+  // This rank's call; `odd`: the last rank, whose call differs.
+  void (*run)(Communicator& c, bool odd, size_t count);
+};
+constexpr StreamedMismatch kStreamedMismatches[] = {
+    {"count",
+     [](Communicator& c, bool odd, size_t count) {
+       std::vector<float> a(count, 1.0f), b(count, 0.0f);
+       c.reduce(a.data(), b.data(), odd ? count - 3 : count, DType::f32, ReduceOp::sum, 0, {Algo::direct})->wait();
+     }},
+    {"root",
+     [](Communicator& c, bool odd, size_t count) {
+       std::vector<float> a(count, 1.0f), b(count, 0.0f);
+       c.reduce(a.data(), b.data(), count, DType::f32, ReduceOp::sum, odd ? 1 : 0, {Algo::direct})->wait();
+     }},
+    {"root_calls_allreduce",  // the last rank is the others' root
+     [](Communicator& c, bool odd, size_t count) {
+       std::vector<float> a(count, 1.0f), b(count, 0.0f);
+       if (odd)
+         c.allreduce(a.data(), b.data(), count, DType::f32, ReduceOp::sum, {Algo::direct})->wait();
+       else
+         c.reduce(a.data(), b.data(), count, DType::f32, ReduceOp::sum, c.size() - 1, {Algo::direct})->wait();
+     }},
+    {"leaf_calls_broadcast",
+     [](Communicator& c, bool odd, size_t count) {
+       std::vector<float> a(count, 1.0f), b(count, 0.0f);
+       if (odd)
+         c.broadcast(a.data(), count, DType::f32, 0, {Algo::direct})->wait();
+       else
+         c.reduce(a.data(), b.data(), count, DType::f32, ReduceOp::sum, 0, {Algo::direct})->wait();
+     }},
+};
+
+class StreamedReduceMismatched : public ::testing::TestWithParam<std::tuple<int, size_t>> {};
+
+TEST_P(StreamedReduceMismatched, EveryRankGetsAnError) {
+  const auto& [which, count] = GetParam();
+  const StreamedMismatch mm = kStreamedMismatches[which];
+  constexpr double kTimeout = 3.0;
+  RunConfig cfg = timed_config("shm", std::chrono::milliseconds(int(kTimeout * 1000)), std::chrono::seconds(40));
+  cfg.env.push_back({"SHOAL_SHM_SCRATCH", std::to_string((256 << 10) + algo::direct::kHeaderBytes + algo::direct::kSmallArea)});
+  cfg.env.push_back({"SHOAL_DIRECT_REDUCE", "one_shot"});
+  auto res = run_ranks_outcomes(3, cfg, [mm, count = count](Communicator& c) {
+    mark_time();
+    mm.run(c, c.rank() == c.size() - 1, count);
+    c.barrier()->wait();  // a rank whose part finished fails here, once a peer has failed
+    SH_CHECK(false) << "the mismatched op and a barrier after it both succeeded on rank " << c.rank();
+  });
+  for (const auto& o : res.ranks) {
+    SCOPED_TRACE("rank " + std::to_string(o.rank));
+    EXPECT_FALSE(o.hung) << res.describe();
+    EXPECT_EQ(o.error_kind, "PeerError") << res.describe();
+    EXPECT_LT(o.fail_seconds, kTimeout + 3.0) << res.describe();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, StreamedReduceMismatched,
+                         ::testing::Combine(::testing::Range(0, int(std::size(kStreamedMismatches))),
+                                            ::testing::Values(size_t(20003), size_t(300007))),
+                         [](const auto& i) {
+                           return std::string(kStreamedMismatches[std::get<0>(i.param)].name) + "_" +
+                                  std::to_string(std::get<1>(i.param));
+                         });
 
 // The error of a mismatch quotes both ranks' calls, on every rank: op, number, count, dtype, and
 // the reduce op or root. Rank 1 calls a broadcast (root 0) where rank 0 calls an allreduce; the

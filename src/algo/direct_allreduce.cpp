@@ -7,6 +7,9 @@
 // One shot, where the costs measured on the machine say it is cheaper (cost.h): every rank
 // (reduce: the root) reduces the whole vector itself:
 //   α + (p + 1)·n·β + (p-1)·n·γ        (one barrier: see slot_of in direct_common.h)
+// A reduce's one shot is streamed (reduce_streamed): the root reduces piece by piece as the
+// others copy in, so its reduction hides behind their copies, and the root copies nothing in:
+//   α + max(n·β, (p-1)·n·γ) + one piece's copy and reduction   (any n: the slot is a ring of pieces)
 //
 // Why it is chosen whenever every rank shares this host: the p2p algorithms over shm rings copy
 // every message twice (into the ring, out of it) and need 2·(p-1) (ring) or 2·lg p (BDE) message
@@ -38,6 +41,79 @@ namespace {
 
 using namespace direct;
 
+// The progress word of rank r's header (direct_common.h): how far its part of a streamed reduce
+// has gone, above every value of its earlier ops (their chunked numbers, then pieces).
+std::atomic<uint64_t>& progress_word(ShmGroup& g, int r) {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(g.scratch(r) + 9 * sizeof(uint64_t));
+}
+
+// Elements of one piece of a streamed reduce of `count`: an eighth of the vector, from
+// kStreamPieceBytes (a root that waits for smaller pieces spends more in waits than the overlap
+// saves), and at most a quarter of the slot, so that the others copy in ahead of the root.
+constexpr size_t kStreamPieceBytes = size_t(32) << 10;
+size_t stream_piece_elements(size_t count, size_t es, size_t slot) {
+  const size_t bytes = std::min(std::max(kStreamPieceBytes, count * es / 8), slot / 4);
+  return std::max<size_t>(1, bytes / 64 * 64 / es);
+}
+
+// A reduce's one shot, streamed: the other ranks copy their input into their slot piece by piece
+// and publish each piece (progress); the root reduces piece m of every rank, its own straight from
+// `in`, as soon as all are there, overlapping its reduction with their next copies. The slot is a
+// ring of pieces: a rank overwrites a piece only after the root has published that it reduced it.
+// One barrier, which the root arrives at first and completes last: the other ranks leave once
+// their pieces are in, and their next op writes the other slot first (slot_of) and this one only
+// after its own first barrier, which the root reaches only when done here.
+void reduce_streamed(Ctx& c, const void* in, void* out, size_t count, int root, uint64_t sig) {
+  ShmGroup& g = *c.shm();
+  const int p = c.size, r = c.rank;
+  const size_t es = c.esize;
+  const Small sm = begin(c, sig);
+  const uint64_t base = reinterpret_cast<uint64_t*>(g.scratch(r))[0] << 24;  // the chunked number
+  const int s0 = slot_of(c, 0);
+  const size_t pe = stream_piece_elements(count, es, slot_bytes(g));
+  const size_t npieces = (count + pe - 1) / pe, ring = slot_bytes(g) / (pe * es);
+  auto at = [&](size_t m) { return (m % ring) * pe * es; };  // a piece's place in a slot
+  auto len = [&](size_t m) { return std::min(pe, count - m * pe); };
+  if (r != root) {
+    uint8_t* mine = slot(g, r, s0);
+    std::atomic<uint64_t>& reduced = progress_word(g, root);
+    // Before waiting on the root, see that it is in this call: else a PeerError, not a hang.
+    if (npieces > ring) small_wait(c, root, sm, 0);
+    for (size_t m = 0; m < npieces; ++m) {
+      if (m >= ring) wait_for(c, [&] { return reduced.load(std::memory_order_acquire) > base + (m - ring); }, root);
+      copy_in(c, mine + at(m), u8(in) + m * pe * es, len(m) * es);
+      progress_word(g, r).store(base + m + 1, std::memory_order_release);
+      g.ring_peers();
+    }
+    g.barrier();
+    check(c);
+    return;
+  }
+  g.arrive();
+  // Every peer is in this call before any of its pieces is read: a peer in another call is a
+  // PeerError here rather than a wait for pieces that never come.
+  for (int j = 0; j < p; ++j)
+    if (j != r) small_wait(c, j, sm, 0);
+  RankPtrs srcs(p);
+  for (size_t m = 0; m < npieces; ++m) {
+    for (int j = 0; j < p; ++j) {
+      if (j == r) {
+        srcs[j] = u8(in) + m * pe * es;
+        continue;
+      }
+      std::atomic<uint64_t>& copied = progress_word(g, j);
+      wait_for(c, [&] { return copied.load(std::memory_order_acquire) > base + m; }, j);
+      srcs[j] = slot(g, j, s0) + at(m);
+    }
+    reduce_many(u8(out) + m * pe * es, srcs.data(), p, len(m), c.dt, c.op);
+    if (npieces > ring) {
+      progress_word(g, r).store(base + m + 1, std::memory_order_release);
+      g.ring_peers();
+    }
+  }
+  g.complete();
+}
+
 void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  // root < 0: allreduce
   ShmGroup& g = *c.shm();
   const int p = c.size, r = c.rank;
@@ -47,8 +123,9 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   const size_t sb = slot_bytes(g);
   // The ranks agree on the way by the same table (cost.h, compared when the group formed); the
   // signature would make a disagreement a mismatch error rather than a wrong result.
-  const bool one_shot = n <= sb && c.ways().reduce_one_shot(root < 0 ? Choice::allreduce : Choice::reduce, n, p);
+  const bool one_shot = (root >= 0 || n <= sb) && c.ways().reduce_one_shot(root < 0 ? Choice::allreduce : Choice::reduce, n, p);
   s.add(one_shot);
+  if (one_shot && root >= 0 && count) return reduce_streamed(c, in, out, count, root, s.value());
   begin(c, s.value());
   const bool writes_out = root < 0 || r == root;
   RankPtrs srcs(p);

@@ -17,7 +17,7 @@ constexpr uint64_t kSingleCopyToken = 0x434d41;
 
 }  // namespace
 
-void begin(Ctx& c, uint64_t sig) {
+Small begin(Ctx& c, uint64_t sig) {
   ShmGroup& g = *c.shm();
   if (g.scratch_bytes() < kHeaderBytes + kSmallArea + 2 * 64 * static_cast<size_t>(c.size) + 64)
     throw Error(std::string(c.what) + ": the shared-memory scratch area (" + std::to_string(g.scratch_bytes()) +
@@ -26,6 +26,7 @@ void begin(Ctx& c, uint64_t sig) {
   small_publish(c, sm);
   small_done(c, sm);
   take_chunked_number(c, sig);
+  return sm;
 }
 
 void take_chunked_number(Ctx& c, uint64_t sig) {

@@ -5,7 +5,9 @@
 //                       owner), words 1 and 2 = the token of its chunked op with an odd / even
 //                       number (published); words 3 and 4 = its count of all direct ops and the
 //                       least `done` it knows of its peers (private); word 8 = `done`, the last
-//                       direct op whose small slots it has finished reading (published; own line)
+//                       direct op whose small slots it has finished reading (published; own line);
+//                       word 9 = `progress`, how much of its input a streamed reduce has copied
+//                       in (published; `done`'s line; reduce_streamed in direct_allreduce.cpp)
 //   [.., + kSmallArea)  small slots (direct_small.cpp): kSmallSlots heads of one line each,
 //                       kSmallSlots line areas of kSmallLineBytes, then kSmallDataSlots data areas
 //                       of kSmallBytes
@@ -36,6 +38,7 @@
 #include "algo/cost.h"
 #include "algo/stores.h"
 #include "reduce/copy.h"
+#include "base/cpu_relax.h"
 #include "base/hash.h"
 #include "transport/shm_group.h"
 
@@ -84,10 +87,17 @@ struct Sig : Hash {
   Sig(OpKind kind, const Ctx& c) : Hash(hash_mix(c.sig(), static_cast<uint64_t>(kind) + 1)) {}
 };
 
+// A direct op's number among all direct ops of the group, and its token (small ops below).
+struct Small {
+  uint64_t n;    // this op's number among the direct ops
+  uint64_t tok;  // its token: the op's signature mixed with n
+};
+
 // Starts a chunked direct op: writes its token (sig mixed with this rank's chunked-op number)
 // into the own header, and takes its number among all direct ops (small_begin and small_publish
 // with no data, so that a peer in a small op at the same number sees the mismatch).
-void begin(Ctx& c, uint64_t sig);
+// Returns the op's number among all direct ops, for a reader that checks a peer's (small_wait).
+Small begin(Ctx& c, uint64_t sig);
 // begin()'s second half, for an op that took its number among all direct ops in a small round of
 // its own (alltoallv's tables): the chunked op's number and token.
 void take_chunked_number(Ctx& c, uint64_t sig);
@@ -160,10 +170,6 @@ inline void end_single(Ctx& c) { c.shm()->barrier(); }
 // different call is a PeerError), and says it is done. A rank reuses a slot only after every peer
 // is done with the op that used it last, so ranks may be up to kSmallSlots - 1 ops apart and no op
 // waits for a peer that only reads (a broadcast's root, a reduce's other ranks leave at once).
-struct Small {
-  uint64_t n;    // this op's number among the direct ops
-  uint64_t tok;  // its token: the op's signature mixed with n
-};
 // Takes the next op number and waits until its slot is free here for writing `bytes` (its head,
 // and its data area when they do not fit inline). Throws like a wait.
 Small small_begin(Ctx& c, uint64_t sig, size_t bytes);
@@ -177,6 +183,18 @@ const uint8_t* small_wait(Ctx& c, int j, const Small& s, size_t bytes);
 void small_wait_all(Ctx& c, const Small& s);  // every other rank
 // This rank reads no more of the peers' slots for op `s`.
 void small_done(Ctx& c, const Small& s);
+// Waits until cond() holds, polling briefly before ShmGroup::wait (which reads the clock, sleeps,
+// and fails on a dead or aborted `peer`, every peer when -1, or at the deadline). A writer of what
+// cond() reads wakes the sleepers after it (ShmGroup::ring_peers).
+inline constexpr int kQuickPolls = 32;
+template <class F>
+void wait_for(Ctx& c, F cond, int peer) {
+  for (int i = 0; i < kQuickPolls; ++i) {
+    if (cond()) return;
+    cpu_relax();
+  }
+  if (!cond()) c.shm()->wait([](void* f) { return (*static_cast<F*>(f))(); }, &cond, peer);
+}
 // One pointer per rank (an op's sources for reduce_many), on the stack up to kStackRanks ranks:
 // a vector on the heap cost a small op as much as its data path.
 class RankPtrs {

@@ -28,8 +28,6 @@
 namespace shoal::algo::direct {
 namespace {
 
-constexpr int kQuickPolls = 32;  // polls of a slot before the engine's wait (clock, peers, sleep)
-
 struct alignas(64) SlotHead {
   std::atomic<uint64_t> n;  // the op whose data the slot holds (published last)
   uint64_t tok;
@@ -53,17 +51,6 @@ uint8_t* slot_data(ShmGroup& g, int r, uint64_t n, size_t bytes) {
 
 // Wakes the peers that sleep (an awake peer costs a load of a line it rarely writes).
 void ring_peers(Ctx& c) { c.shm()->ring_peers(); }
-
-// Waits until cond() holds, polling briefly before ShmGroup::wait (which reads the clock, sleeps,
-// and fails on a dead or aborted `peer`, every peer when -1, or at the deadline).
-template <class F>
-void wait_for(Ctx& c, F cond, int peer) {
-  for (int i = 0; i < kQuickPolls; ++i) {
-    if (cond()) return;
-    cpu_relax();
-  }
-  if (!cond()) c.shm()->wait([](void* f) { return (*static_cast<F*>(f))(); }, &cond, peer);
-}
 
 }  // namespace
 

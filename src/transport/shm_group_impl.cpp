@@ -40,10 +40,13 @@ ShmGroupImpl::ShmGroupImpl(Waiter& waiter, int rank, const std::vector<ShmSegmen
   seq_ = ctl_[rank]->barrier_seq.load();
 }
 
-void ShmGroupImpl::barrier() {
+void ShmGroupImpl::arrive() {
   ++seq_;
   ctl_[rank_]->barrier_seq.store(seq_, std::memory_order_seq_cst);
   for (int r : others_) ctl_[r]->ring();
+}
+
+void ShmGroupImpl::complete() {
   auto arrived = [&] {
     for (int r : others_)
       if (ctl_[r]->barrier_seq.load(std::memory_order_acquire) < seq_) return false;
