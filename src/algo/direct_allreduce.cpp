@@ -41,16 +41,8 @@ namespace {
 
 using namespace direct;
 
-// The progress word of rank r's header (direct_common.h): how far its part of a streamed reduce
-// has gone, above every value of its earlier ops (their chunked numbers, then pieces).
-std::atomic<uint64_t>& progress_word(ShmGroup& g, int r) {
-  return *reinterpret_cast<std::atomic<uint64_t>*>(g.scratch(r) + 9 * sizeof(uint64_t));
-}
-
 // Elements of one piece of a streamed reduce of `count`: an eighth of the vector, from
-// kStreamPieceBytes (a root that waits for smaller pieces spends more in waits than the overlap
-// saves), and at most a quarter of the slot, so that the others copy in ahead of the root.
-constexpr size_t kStreamPieceBytes = size_t(32) << 10;
+// kStreamPieceBytes, and at most a quarter of the slot, so that the others copy in ahead of the root.
 size_t stream_piece_elements(size_t count, size_t es, size_t slot) {
   const size_t bytes = std::min(std::max(kStreamPieceBytes, count * es / 8), slot / 4);
   return std::max<size_t>(1, bytes / 64 * 64 / es);
@@ -68,7 +60,7 @@ void reduce_streamed(Ctx& c, const void* in, void* out, size_t count, int root, 
   const int p = c.size, r = c.rank;
   const size_t es = c.esize;
   const Small sm = begin(c, sig);
-  const uint64_t base = reinterpret_cast<uint64_t*>(g.scratch(r))[0] << 24;  // the chunked number
+  const uint64_t base = progress_base(c);
   const int s0 = slot_of(c, 0);
   const size_t pe = stream_piece_elements(count, es, slot_bytes(g));
   const size_t npieces = (count + pe - 1) / pe, ring = slot_bytes(g) / (pe * es);
@@ -76,14 +68,12 @@ void reduce_streamed(Ctx& c, const void* in, void* out, size_t count, int root, 
   auto len = [&](size_t m) { return std::min(pe, count - m * pe); };
   if (r != root) {
     uint8_t* mine = slot(g, r, s0);
-    std::atomic<uint64_t>& reduced = progress_word(g, root);
     // Before waiting on the root, see that it is in this call: else a PeerError, not a hang.
     if (npieces > ring) small_wait(c, root, sm, 0);
     for (size_t m = 0; m < npieces; ++m) {
-      if (m >= ring) wait_for(c, [&] { return reduced.load(std::memory_order_acquire) > base + (m - ring); }, root);
+      if (m >= ring) wait_progress(c, root, base + (m - ring));
       copy_in(c, mine + at(m), u8(in) + m * pe * es, len(m) * es);
-      progress_word(g, r).store(base + m + 1, std::memory_order_release);
-      g.ring_peers();
+      publish_progress(c, base + m + 1);
     }
     g.barrier();
     check(c);
@@ -101,15 +91,11 @@ void reduce_streamed(Ctx& c, const void* in, void* out, size_t count, int root, 
         srcs[j] = u8(in) + m * pe * es;
         continue;
       }
-      std::atomic<uint64_t>& copied = progress_word(g, j);
-      wait_for(c, [&] { return copied.load(std::memory_order_acquire) > base + m; }, j);
+      wait_progress(c, j, base + m);
       srcs[j] = slot(g, j, s0) + at(m);
     }
     reduce_many(u8(out) + m * pe * es, srcs.data(), p, len(m), c.dt, c.op);
-    if (npieces > ring) {
-      progress_word(g, r).store(base + m + 1, std::memory_order_release);
-      g.ring_peers();
-    }
+    if (npieces > ring) publish_progress(c, base + m + 1);
   }
   g.complete();
 }

@@ -60,6 +60,26 @@ const uint8_t* peer_buffer(Ctx& c, int j) {
   return reinterpret_cast<const uint8_t*>(__atomic_load_n(&header(*c.shm(), j)[5], __ATOMIC_ACQUIRE));
 }
 
+namespace {
+std::atomic<uint64_t>& progress_word(ShmGroup& g, int r) {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(header(g, r) + 9);
+}
+}  // namespace
+
+// The chunked number leads: every value of an op (below 2^32 above its base) is above every value
+// of the ops before it.
+uint64_t progress_base(Ctx& c) { return header(*c.shm(), c.rank)[0] << 32; }
+
+void publish_progress(Ctx& c, uint64_t v) {
+  progress_word(*c.shm(), c.rank).store(v, std::memory_order_release);
+  c.shm()->ring_peers();
+}
+
+void wait_progress(Ctx& c, int j, uint64_t v) {
+  std::atomic<uint64_t>& w = progress_word(*c.shm(), j);
+  wait_for(c, [&] { return w.load(std::memory_order_acquire) > v; }, j);
+}
+
 int slot_of(Ctx& c, size_t m) { return static_cast<int>((header(*c.shm(), c.rank)[0] + m) & 1); }
 
 void end(Ctx& c, size_t nchunks) {

@@ -6,8 +6,8 @@
 //                       number (published); words 3 and 4 = its count of all direct ops and the
 //                       least `done` it knows of its peers (private); word 8 = `done`, the last
 //                       direct op whose small slots it has finished reading (published; own line);
-//                       word 9 = `progress`, how much of its input a streamed reduce has copied
-//                       in (published; `done`'s line; reduce_streamed in direct_allreduce.cpp)
+//                       word 9 = `progress`, how far this rank is in a streamed op (published;
+//                       `done`'s line; "Streamed ops" below)
 //   [.., + kSmallArea)  small slots (direct_small.cpp): kSmallSlots heads of one line each,
 //                       kSmallSlots line areas of kSmallLineBytes, then kSmallDataSlots data areas
 //                       of kSmallBytes
@@ -145,6 +145,29 @@ inline void copy_in(Ctx& c, void* dst, const void* src, size_t n) {
   if (stores_by_probe(c, g)) return (streams(c) ? copy_streaming : copy_bytes)(dst, src, n);
   algo::copy_in(c.ways().stores(), g.scratch(c.rank), g.scratch_bytes(), dst, src, n);
 }
+
+// ---- Streamed ops: pieces published as they land -------------------------------------------------
+//
+// A streamed op moves its data through one slot (slot_of(c, 0)) as a ring of pieces, without a
+// barrier between a piece's writer and its readers: the writer publishes how many pieces it has
+// written in its header's progress word, a reader waits for the count and publishes how many it
+// has read where the writer waits for that before overwriting a piece. Its one barrier is
+// arrived at by the readers (or the root that reads) as they start and completed when they are
+// done, so the writers leave once their pieces are in, and their next op writes the other slot
+// first and this one only after its own barrier, which the readers reach once done here. A
+// rank checks that a peer is in the same call (small_wait on `begin`'s Small) before it waits for
+// that peer's progress: a peer in another call is a PeerError, not a wait for pieces that never
+// come.
+// The smallest piece a streamed op waits for: a reader that waits for smaller pieces spends more in
+// waits than the overlap saves.
+inline constexpr size_t kStreamPieceBytes = size_t(32) << 10;
+// The value below every progress of the current op (its chunked number, set by begin()); an op's
+// values stay below 2^32 above it.
+uint64_t progress_base(Ctx& c);
+// Publishes this rank's progress (above progress_base) and wakes the peers that sleep.
+void publish_progress(Ctx& c, uint64_t v);
+// Waits until rank j's progress is above `v`.
+void wait_progress(Ctx& c, int j, uint64_t v);
 
 // ---- Single copy: between the ranks' own buffers (ShmGroup::read, write) ----------------------
 //
