@@ -299,6 +299,34 @@ TEST_P(DirectReuse, StreamedReducesWrapTheirSlotOutOfStep) {
   });
 }
 
+// A streamed reduce's root reads the others' small-slot heads (to see that they are in the same
+// call) after the others may have left the op: they must not reuse that head, 64 small ops later,
+// before the root has read it. Runs of small reduces to the same root after each streamed one let
+// the others run up to that depth ahead while the root is still in the streamed op.
+TEST_P(DirectReuse, SmallOpsAfterAStreamedReduceWaitForItsRoot) {
+  RunConfig cfg = transport_config("shm");
+  cfg.env.push_back({"SHOAL_DIRECT_REDUCE", "one_shot"});
+  run_ranks(GetParam(), cfg, [](Communicator& c) {
+    const int p = c.size(), me = c.rank();
+    std::vector<float> in(100003), out(100003), tiny(2), tout(2);
+    for (int iter = 0; iter < 30; ++iter) {
+      const int root = iter % p;
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>((me + 1) * (iter + 1) + static_cast<int>(i % 5));
+      c.reduce(in.data(), out.data(), in.size(), DType::f32, ReduceOp::sum, root, {Algo::direct})->wait();
+      if (me == root)
+        for (size_t i = 0; i < in.size(); ++i)
+          SH_CHECK(out[i] == static_cast<float>(p * (p + 1) / 2 * (iter + 1) + p * static_cast<int>(i % 5)))
+              << "iter " << iter << " element " << i;
+      for (int k = 0; k < 70; ++k) {
+        tiny[0] = static_cast<float>(me + k);
+        tiny[1] = 1;
+        c.reduce(tiny.data(), tout.data(), 2, DType::f32, ReduceOp::sum, root, {Algo::direct})->wait();
+        if (me == root) SH_CHECK(tout[0] == static_cast<float>(p * (p - 1) / 2 + p * k) && tout[1] == p) << "iter " << iter << " small op " << k;
+      }
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(All, DirectReuse, ::testing::Values(2, 3, 4, 8),
                          [](const auto& info) { return "n" + std::to_string(info.param); });
 

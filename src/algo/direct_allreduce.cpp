@@ -42,10 +42,11 @@ namespace {
 using namespace direct;
 
 // Elements of one piece of a streamed reduce of `count`: an eighth of the vector, from
-// kStreamPieceBytes, and at most a quarter of the slot, so that the others copy in ahead of the root.
+// kStreamPieceBytes, and at most a quarter of the slot, so that the others copy in ahead of the root;
+// fewer than 2^kMaxStreamPiecesLog2 pieces (progress_base).
 size_t stream_piece_elements(size_t count, size_t es, size_t slot) {
   const size_t bytes = std::min(std::max(kStreamPieceBytes, count * es / 8), slot / 4);
-  return std::max<size_t>(1, bytes / 64 * 64 / es);
+  return std::max({size_t(1), bytes / 64 * 64 / es, count >> kMaxStreamPiecesLog2});
 }
 
 // A reduce's one shot, streamed: the other ranks copy their input into their slot piece by piece
@@ -79,12 +80,14 @@ void reduce_streamed(Ctx& c, const void* in, void* out, size_t count, int root, 
     check(c);
     return;
   }
-  g.arrive();
   // Every peer is in this call before any of its pieces is read: a peer in another call is a
-  // PeerError here rather than a wait for pieces that never come.
+  // PeerError here rather than a wait for pieces that never come. Before arriving: a peer that
+  // has left this op may reuse its small slot's head only once this rank is done with it (begin
+  // said so already), and none leaves before this rank has arrived.
   for (int j = 0; j < p; ++j)
     if (j != r) small_wait(c, j, sm, 0);
   RankPtrs srcs(p);
+  g.arrive();
   for (size_t m = 0; m < npieces; ++m) {
     for (int j = 0; j < p; ++j) {
       if (j == r) {

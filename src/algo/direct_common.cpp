@@ -66,8 +66,8 @@ std::atomic<uint64_t>& progress_word(ShmGroup& g, int r) {
 }
 }  // namespace
 
-// The chunked number leads: every value of an op (below 2^32 above its base) is above every value
-// of the ops before it.
+// The chunked number leads: every value of an op is above every value of the ops before it,
+// compared modulo 2^64 (wait_progress).
 uint64_t progress_base(Ctx& c) { return header(*c.shm(), c.rank)[0] << 32; }
 
 void publish_progress(Ctx& c, uint64_t v) {
@@ -77,7 +77,7 @@ void publish_progress(Ctx& c, uint64_t v) {
 
 void wait_progress(Ctx& c, int j, uint64_t v) {
   std::atomic<uint64_t>& w = progress_word(*c.shm(), j);
-  wait_for(c, [&] { return w.load(std::memory_order_acquire) > v; }, j);
+  wait_for(c, [&] { return static_cast<int64_t>(w.load(std::memory_order_acquire) - v) > 0; }, j);
 }
 
 int slot_of(Ctx& c, size_t m) { return static_cast<int>((header(*c.shm(), c.rank)[0] + m) & 1); }

@@ -5,9 +5,9 @@
 //                       owner), words 1 and 2 = the token of its chunked op with an odd / even
 //                       number (published); words 3 and 4 = its count of all direct ops and the
 //                       least `done` it knows of its peers (private); word 8 = `done`, the last
-//                       direct op whose small slots it has finished reading (published; own line);
+//                       direct op whose small slots it has finished reading (published), and
 //                       word 9 = `progress`, how far this rank is in a streamed op (published;
-//                       `done`'s line; "Streamed ops" below)
+//                       "Streamed ops" below), on a line of their own
 //   [.., + kSmallArea)  small slots (direct_small.cpp): kSmallSlots heads of one line each,
 //                       kSmallSlots line areas of kSmallLineBytes, then kSmallDataSlots data areas
 //                       of kSmallBytes
@@ -24,6 +24,8 @@
 // op (k+1) writes the other word, and op k+2 starts only after op k+1's first barrier, which
 // every rank reaches only after its check in op k. So even an op with a single barrier (the
 // direct barrier) checks safely: a barrier run against a peer's allreduce fails on both sides.
+// A streamed reduce's root checks each peer's small token instead (small_wait, before it arrives
+// at the op's barrier); its other ranks check as above.
 //
 // Reuse across ops. A direct op ends without a closing barrier unless its last chunk used the
 // slot the next op writes first (end(), slot_of()): the next op's first barrier then guarantees
@@ -161,12 +163,15 @@ inline void copy_in(Ctx& c, void* dst, const void* src, size_t n) {
 // The smallest piece a streamed op waits for: a reader that waits for smaller pieces spends more in
 // waits than the overlap saves.
 inline constexpr size_t kStreamPieceBytes = size_t(32) << 10;
-// The value below every progress of the current op (its chunked number, set by begin()); an op's
-// values stay below 2^32 above it.
+// The value below every progress of the current op (its chunked number, set by begin(), times
+// 2^32); an op's values stay under 2^kMaxStreamPiecesLog2 above it, and are compared modulo 2^64
+// (wait_progress), so the numbers may wrap.
+inline constexpr int kMaxStreamPiecesLog2 = 31;
 uint64_t progress_base(Ctx& c);
 // Publishes this rank's progress (above progress_base) and wakes the peers that sleep.
 void publish_progress(Ctx& c, uint64_t v);
-// Waits until rank j's progress is above `v`.
+// Waits until rank j's progress is above `v`, by their difference: a value of an earlier op is
+// below `v` even where the numbers wrapped in between.
 void wait_progress(Ctx& c, int j, uint64_t v);
 
 // ---- Single copy: between the ranks' own buffers (ShmGroup::read, write) ----------------------
