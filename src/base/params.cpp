@@ -52,9 +52,10 @@ const std::vector<Param> kParams = {
      "this CPU's maker; AMD's for another maker)",
      "`auto`"},
     {"SHOAL_DIRECT_REDUCE", Kind::choice, 0, 0, "auto,one_shot,two_shot",
-     "for tuning and tests: how the shared-memory allreduce and reduce above 8 KiB run: `one_shot` (every rank "
-     "reads every input; when it fits the scratch area), `two_shot` (each rank reduces a slice) or `auto` (the "
-     "cheaper by the measured costs, `SHOAL_TUNING`)",
+     "for tuning and tests: how the shared-memory allreduce and reduce above 8 KiB run: `one_shot` (every rank, "
+     "or a reduce's root, reads every input; an allreduce only when it fits the scratch area; a reduce's root "
+     "as the others copy in, at any size), `two_shot` (each rank reduces a slice) or `auto` (the cheaper by the "
+     "measured costs, `SHOAL_TUNING`)",
      "`auto`"},
     {"SHOAL_DIRECT_ALLTOALL", Kind::choice, 0, 0, "auto,scratch,pairwise",
      "for tuning and tests: how alltoall and alltoallv run when every rank is on this host, above 8 KiB: `scratch` "
