@@ -43,10 +43,10 @@ using namespace direct;
 
 // Elements of one piece of a streamed reduce of `count`: an eighth of the vector, from
 // kStreamPieceBytes, and at most a quarter of the slot, so that the others copy in ahead of the root;
-// fewer than 2^kMaxStreamPiecesLog2 pieces (progress_base).
+// fewer than 2^kMaxStreamPiecesLog2 pieces (progress_base), and never more than the slot holds.
 size_t stream_piece_elements(size_t count, size_t es, size_t slot) {
   const size_t bytes = std::min(std::max(kStreamPieceBytes, count * es / 8), slot / 4);
-  return std::max({size_t(1), bytes / 64 * 64 / es, count >> kMaxStreamPiecesLog2});
+  return std::min(std::max({size_t(1), bytes / 64 * 64 / es, count >> kMaxStreamPiecesLog2}), slot / es);
 }
 
 // A reduce's one shot, streamed: the other ranks copy their input into their slot piece by piece
