@@ -21,12 +21,15 @@ class ShmGroup {
   // All ranks of the group arrive before any leaves. Sleeps (futex) after a short spin; throws
   // PeerError if a peer dies or aborts, Timeout at the op's deadline. Memory written to scratch
   // areas before barrier() is visible to every rank after it.
-  virtual void barrier() = 0;
+  void barrier() {
+    arrive();
+    complete();
+  }
   // barrier() in two halves, for a rank with work to do between saying it has arrived (all it
   // did before arrive() is visible to the peers once they leave their barrier) and waiting for
-  // the others (complete(): all they did before arriving is visible here after it). barrier() is
-  // arrive() then complete(); a rank that has arrived completes before its next arrive(), unless
-  // a failure between the two aborts the group.
+  // the others (complete(): all they did before arriving is visible here after it). A rank that
+  // has arrived completes before its next arrive(), unless a failure between the two aborts the
+  // group.
   virtual void arrive() = 0;
   virtual void complete() = 0;
   // Waits until done(arg) holds, as barrier() waits; `peer` (or every peer, when -1) is the one

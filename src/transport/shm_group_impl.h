@@ -21,10 +21,6 @@ class ShmGroupImpl : public ShmGroup {
   int size() const override { return static_cast<int>(ctl_.size()); }
   uint8_t* scratch(int r) override { return scratch_[r]; }
   size_t scratch_bytes() const override { return scratch_bytes_; }
-  void barrier() override {
-    arrive();
-    complete();
-  }
   void arrive() override;
   void complete() override;
   void wait(bool (*done)(void*), void* arg, int peer) override;
