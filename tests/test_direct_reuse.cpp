@@ -29,6 +29,10 @@ float expected(int size, int iter, size_t i) {
   return static_cast<float>((size * (size + 1) / 2) * (iter + 1) + size * static_cast<int>(i % 7));
 }
 
+// Rank r's i64 element i in a group of p: beyond 2^53, so that a trip through floating point
+// would show in a max.
+int64_t big(int r, size_t i, int p) { return (int64_t(1) << 60) + int64_t(i % 97) * 1000 + (r * 7 + static_cast<int>(i)) % p; }
+
 void check_allreduce(Communicator& c, int iter, size_t count, std::vector<float>& in, std::vector<float>& out) {
   const int rank = c.rank(), size = c.size();  // once: the loops below run over a million elements
   for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((rank + 1) * (iter + 1) + static_cast<int>(i % 7));
@@ -272,10 +276,11 @@ TEST_P(DirectReuse, StreamedReducesWrapTheirSlotOutOfStep) {
       } else {
         float* dst = iter % 3 == 0 ? in.data() : out.data();
         c.reduce(in.data(), dst, count, DType::f32, ReduceOp::sum, root, {Algo::direct})->wait();
-        if (me != root)
+        if (me != root) {
           SH_CHECK(out[0] == -1 && out[count - 1] == -1) << "reduce wrote a non-root rank's output";
-        else
+        } else {
           out.assign(dst, dst + count);
+        }
       }
       for (size_t i = 0; (iter % 5 == 4 || me == root) && i < count; ++i) {
         float want = 0;
@@ -283,15 +288,15 @@ TEST_P(DirectReuse, StreamedReducesWrapTheirSlotOutOfStep) {
         SH_CHECK(out[i] == want) << "iter " << iter << " (" << (iter % 5 == 4 ? "allreduce" : "reduce") << " of " << count
                                  << ", root " << root << ") element " << i << ": got " << out[i] << ", expected " << want;
       }
-      if (iter % 8 == 1) {  // i64 max beyond 2^53: a trip through floating point would show
+      if (iter % 8 == 1) {  // i64 max
         in64.resize(count);
         out64.assign(count, 0);
-        for (size_t i = 0; i < count; ++i) in64[i] = (int64_t(1) << 60) + int64_t(i % 97) * 1000 + (me * 7 + static_cast<int>(i)) % p;
+        for (size_t i = 0; i < count; ++i) in64[i] = big(me, i, p);
         c.reduce(in64.data(), out64.data(), count, DType::i64, ReduceOp::max, root, {Algo::direct})->wait();
         if (me == root)
           for (size_t i = 0; i < count; ++i) {
             int64_t want = INT64_MIN;
-            for (int r = 0; r < p; ++r) want = std::max(want, (int64_t(1) << 60) + int64_t(i % 97) * 1000 + (r * 7 + static_cast<int>(i)) % p);
+            for (int r = 0; r < p; ++r) want = std::max(want, big(r, i, p));
             SH_CHECK(out64[i] == want) << "reduce max of " << count << " i64, element " << i;
           }
       }
@@ -300,9 +305,10 @@ TEST_P(DirectReuse, StreamedReducesWrapTheirSlotOutOfStep) {
 }
 
 // A streamed reduce's root reads the others' small-slot heads (to see that they are in the same
-// call) after the others may have left the op: they must not reuse that head, 64 small ops later,
-// before the root has read it. Runs of small reduces to the same root after each streamed one let
-// the others run up to that depth ahead while the root is still in the streamed op.
+// call), and the others leave the op once their pieces are in: they must not reuse that head, 64
+// small ops later, before the root has read it. Runs of small reduces to the same root after each
+// streamed one let the others run up to that depth ahead while the root is still in the streamed
+// op.
 TEST_P(DirectReuse, SmallOpsAfterAStreamedReduceWaitForItsRoot) {
   RunConfig cfg = transport_config("shm");
   cfg.env.push_back({"SHOAL_DIRECT_REDUCE", "one_shot"});
@@ -313,15 +319,18 @@ TEST_P(DirectReuse, SmallOpsAfterAStreamedReduceWaitForItsRoot) {
       const int root = iter % p;
       for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>((me + 1) * (iter + 1) + static_cast<int>(i % 5));
       c.reduce(in.data(), out.data(), in.size(), DType::f32, ReduceOp::sum, root, {Algo::direct})->wait();
-      if (me == root)
+      if (me == root) {
         for (size_t i = 0; i < in.size(); ++i)
           SH_CHECK(out[i] == static_cast<float>(p * (p + 1) / 2 * (iter + 1) + p * static_cast<int>(i % 5)))
               << "iter " << iter << " element " << i;
+      }
       for (int k = 0; k < 70; ++k) {
         tiny[0] = static_cast<float>(me + k);
         tiny[1] = 1;
         c.reduce(tiny.data(), tout.data(), 2, DType::f32, ReduceOp::sum, root, {Algo::direct})->wait();
-        if (me == root) SH_CHECK(tout[0] == static_cast<float>(p * (p - 1) / 2 + p * k) && tout[1] == p) << "iter " << iter << " small op " << k;
+        if (me == root) {
+          SH_CHECK(tout[0] == static_cast<float>(p * (p - 1) / 2 + p * k) && tout[1] == p) << "iter " << iter << " small op " << k;
+        }
       }
     }
   });
@@ -368,15 +377,15 @@ TEST_P(DirectReduceWays, AllreduceAndReduceMatchTheReference) {
                                    << ": got " << out[i] << ", expected " << want;
         }
       }
-      // i64 max, values beyond 2^53 so that a trip through floating point would show.
+      // i64 max.
       in64.resize(count);
       out64.assign(count, 0);
-      for (size_t i = 0; i < count; ++i) in64[i] = (int64_t(1) << 60) + int64_t(i % 97) * 1000 + ((me * 7 + static_cast<int>(i)) % p);
+      for (size_t i = 0; i < count; ++i) in64[i] = big(me, i, p);
       c.allreduce(in64.data(), out64.data(), count, DType::i64, ReduceOp::max, {Algo::direct})->wait();
       for (size_t i = 0; i < count; ++i) {
         int64_t want = INT64_MIN;
         for (int r = 0; r < p; ++r)
-          want = std::max(want, (int64_t(1) << 60) + int64_t(i % 97) * 1000 + ((r * 7 + static_cast<int>(i)) % p));
+          want = std::max(want, big(r, i, p));
         SH_CHECK(out64[i] == want) << "allreduce max of " << count << " i64, element " << i;
       }
     }
