@@ -45,6 +45,7 @@ struct OpDesc {
   size_t count = 0;             // per rank, in elements (allgatherv, alltoallv: see counts)
   std::vector<size_t> counts;   // allgatherv: per rank; alltoallv: sent to each rank (both: empty for equal blocks of count)
   std::vector<size_t> counts2;  // alltoallv: received from each rank
+  uint64_t call = 0;            // kind, dt, op, algo and root in one word (the core's CallRecord::what)
   uint64_t sig = 0;             // the op's signature, the same on every rank
   uint64_t seq = 0;             // its number among the communicator's collectives (from 1)
 };

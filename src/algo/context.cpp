@@ -73,6 +73,7 @@ void Ctx::wait(std::initializer_list<Request*> reqs) { engine_.wait(reqs.begin()
 void Ctx::wait(const std::vector<Request*>& reqs) { engine_.wait(reqs.data(), reqs.size()); }
 
 void Ctx::wait_all() {
+  if (reqs_.empty()) return;  // most direct ops post none
   std::vector<Request*> all;
   for (auto& r : reqs_)
     if (!r.complete) all.push_back(&r);

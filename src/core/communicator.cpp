@@ -70,7 +70,7 @@ uint64_t call_what(uint64_t kind, DType dt, ReduceOp op, Algo algo, int root_or_
   return kind | uint64_t(dt) << 8 | uint64_t(op) << 16 | uint64_t(algo) << 24 | uint64_t(uint32_t(root_or_peer)) << 32;
 }
 CallRecord call_of(const OpDesc& d) {
-  return CallRecord{d.seq, call_what(static_cast<uint64_t>(d.kind), d.dt, d.op, d.algo, d.root), d.count, 0};
+  return CallRecord{d.seq, d.call, d.count, 0};
 }
 std::string describe_call(const CallRecord& c) {
   if (c.seq == 0) return "no op yet";
@@ -371,9 +371,8 @@ struct Communicator::Impl final : WorkDriver {
     }
     return choose_algo(kind, requested, bytes, size, topo.topo, topo.ways);
   }
-  uint64_t signature(OpKind kind, DType dt, ReduceOp op, size_t count, int root, Algo algo, uint64_t extra) {
-    const uint64_t what = call_what(static_cast<uint64_t>(kind), dt, op, algo, root + 1);
-    return hash_mix(hash_mix(what, count), extra);  // sequence() adds the op's number
+  static uint64_t signature(const OpDesc& d, size_t count, uint64_t extra) {
+    return hash_mix(hash_mix(d.call, count), extra);  // sequence() adds the op's number
   }
   // By the thread that owns the engine, as the op starts: ops run in the order they were
   // submitted, so the ranks agree on the nth collective, whichever threads submit them. Its number
@@ -388,7 +387,7 @@ struct Communicator::Impl final : WorkDriver {
   WorkPtr collective(OpDesc&& d, size_t count, uint64_t extra, bool blocking) {
     check_open();
     const char* what = op_kind_name(d.kind);
-    d.sig = signature(d.kind, d.dt, d.op, count, d.root, d.algo, extra);
+    d.sig = signature(d, count, extra);
     if (blocking && run_now(what, d)) return completed(d.kind);
     Op o;
     o.what = what;
@@ -428,6 +427,9 @@ struct Communicator::Impl final : WorkDriver {
     d.in = in;
     d.out = out;
     d.count = count;
+    // From the arguments, in one store: a load of the byte-wide fields above, as one word, would
+    // wait until they left the store buffer, behind the last op's stores to lines a peer reads.
+    d.call = call_what(static_cast<uint64_t>(kind), dt, op, d.algo, root);
     return d;
   }
   void post_p2p(Op& op);
