@@ -246,6 +246,42 @@ TEST_P(DirectReuse, RanksRunningAheadReuseASlotOnlyOnceItsReadersAreDone) {
   });
 }
 
+// A rank says it is done with a small op only every kDoneEvery-th op (direct_common.h), so a
+// writer may wait for a reader that has read everything but not said so. The depth left to a root
+// is still kSmallSlots - kDoneEvery ops (kSmallDataSlots - kDoneEvery with a data area) whatever
+// op the reader stopped at: here the readers stop at each op number modulo kDoneEvery and wait
+// for a message the root sends only after running that many broadcasts ahead. A root that waited
+// for more would leave every rank waiting until the group's timeout.
+TEST_P(DirectReuse, ARootRunsItsDepthAheadOfReadersWaitingElsewhere) {
+  run_ranks(GetParam(), timed_config("shm", std::chrono::seconds(20), std::chrono::seconds(120)), [](Communicator& c) {
+    using namespace algo::direct;
+    const int p = c.size(), me = c.rank();
+    std::vector<float> buf(kSmallBytes / 4), token(1);
+    int op = 0;
+    auto broadcast = [&](size_t count) {
+      const float v = static_cast<float>(++op);
+      std::fill(buf.begin(), buf.begin() + count, me == 0 ? v : -1.0f);
+      c.broadcast(buf.data(), count, DType::f32, 0, {Algo::direct})->wait();
+      SH_CHECK(buf[0] == v && buf[count - 1] == v) << "broadcast " << op << " of " << count << " floats";
+    };
+    for (size_t bytes : {size_t(8), kSmallBytes}) {
+      const size_t count = bytes / 4;
+      const int ahead = (bytes <= kSmallLineBytes ? kSmallSlots : kSmallDataSlots) - kDoneEvery;
+      for (int phase = 0; phase < kDoneEvery; ++phase) {
+        for (int i = 0; i <= phase; ++i) broadcast(count);  // the readers stop at another number
+        if (me == 0) {
+          for (int i = 0; i < ahead; ++i) broadcast(count);
+          for (int r = 1; r < p; ++r) c.send(token.data(), 1, DType::f32, r)->wait();
+        } else {
+          c.recv(token.data(), 1, DType::f32, 0)->wait();
+          for (int i = 0; i < ahead; ++i) broadcast(count);
+        }
+        c.barrier()->wait();
+      }
+    }
+  });
+}
+
 // A reduce's one shot is streamed (src/algo/direct_allreduce.cpp, reduce_streamed): the root
 // reads each piece once it is published, the others wrap around their slot once the root has
 // reduced what they overwrite, and the root leaves last. With a 128 KiB slot, vectors of one piece,

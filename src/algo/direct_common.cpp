@@ -23,8 +23,7 @@ Small begin(Ctx& c, uint64_t sig) {
     throw Error(std::string(c.what) + ": the shared-memory scratch area (" + std::to_string(g.scratch_bytes()) +
                 " bytes) is too small for the direct algorithms");
   const Small sm = small_begin(c, sig, 0);
-  small_publish(c, sm);
-  small_done(c, sm);
+  small_publish_done(c, sm);
   take_chunked_number(c, sig);
   return sm;
 }

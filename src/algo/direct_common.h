@@ -54,12 +54,20 @@ inline constexpr size_t kHeaderBytes = 128;
 // kSmallSlots); larger data, up to kSmallBytes, in one of kSmallDataSlots data areas (op n: area
 // n % kSmallDataSlots). The heads are contiguous (one page per rank), and the large data areas
 // few, so that cycling through them stays in the caches and the TLB. A rank that waits for no one
-// (a broadcast's or scatter's root, a reduce's or gather's leaves) runs up to kSmallSlots - 1 ops
-// ahead of the slowest peer with up to kSmallLineBytes of data, kSmallDataSlots - 1 with more:
+// (a broadcast's or scatter's root, a reduce's or gather's leaves) runs ahead of the slowest peer,
+// up to kSmallSlots - 1 ops with up to kSmallLineBytes of data, kSmallDataSlots - 1 with more:
 // with ranks outnumbering cores, a rank then does many ops per turn on its core instead of one
 // (BENCHMARKS.md, "Small rooted ops" and "Line areas"). 164 KiB per rank.
+//
+// A rank says it is done with an op (the word a writer polls before reusing a slot) only every
+// kDoneEvery-th op: a writer at its depth polls that word, and each store to it would first take
+// the line back from the writer. So a writer may stop kDoneEvery - 1 ops short of that depth, and
+// no wait is longer for it: a rank waiting in op m has said it is done with m - kDoneEvery + 1 or
+// later.
 inline constexpr int kSmallSlots = 64;
 inline constexpr int kSmallDataSlots = 16;
+inline constexpr int kDoneEvery = 8;
+static_assert(kDoneEvery < kSmallDataSlots);
 inline constexpr size_t kSmallBytes = 8192;
 inline constexpr size_t kSmallLineBytes = 512;
 inline constexpr size_t kSmallInlineBytes = 48;
@@ -209,8 +217,13 @@ void small_publish(Ctx& c, const Small& s);
 // data, of which j wrote `bytes` (every reader knows how much: the op's arguments say).
 const uint8_t* small_wait(Ctx& c, int j, const Small& s, size_t bytes);
 void small_wait_all(Ctx& c, const Small& s);  // every other rank
+// Before waiting for rank j in a rooted op: starts loading j's next heads.
+void small_read_ahead(Ctx& c, int j, const Small& s);
 // This rank reads no more of the peers' slots for op `s`.
 void small_done(Ctx& c, const Small& s);
+// small_publish and small_done at once, for a rank that reads nothing of op `s` (a broadcast's
+// root, a reduce's other ranks): the peers are woken once for both.
+void small_publish_done(Ctx& c, const Small& s);
 // Waits until cond() holds, polling briefly before ShmGroup::wait (which reads the clock, sleeps,
 // and fails on a dead or aborted `peer`, every peer when -1, or at the deadline). A writer of what
 // cond() reads wakes the sleepers after it (ShmGroup::ring_peers).

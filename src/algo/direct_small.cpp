@@ -10,8 +10,8 @@
 // a reduce or gather) leaves at once. Slots rotate (kSmallSlots heads and line areas,
 // kSmallDataSlots data areas: direct_common.h), so ranks may drift up to kSmallSlots - 1 ops apart
 // (kSmallDataSlots - 1 for an op with more than kSmallLineBytes of data); a rank reuses a slot
-// once every peer has said it is done with the op that used it (`done`, read from the peers only
-// when the last value seen is too old).
+// once every peer has said it is done with the op that used it (`done`, said every kDoneEvery-th
+// op, and read from the peers only when the last value seen is too old).
 //
 // Mismatched calls: every direct op writes its number and token in its slot (chunked ones too,
 // in begin()), and a reader compares the token with its own: a peer in another call is a
@@ -20,6 +20,7 @@
 
 #include "algo/direct_common.h"
 #include "base/cpu_relax.h"
+#include "base/prefetch.h"
 #include "reduce/copy.h"
 #include "reduce/reduce.h"
 #include "engine/engine.h"
@@ -52,6 +53,9 @@ uint8_t* slot_data(ShmGroup& g, int r, uint64_t n, size_t bytes) {
 // Wakes the peers that sleep (an awake peer costs a load of a line it rarely writes).
 void ring_peers(Ctx& c) { c.shm()->ring_peers(); }
 
+// How many ops ahead a rank takes the lines of its own slot for writing (small_begin).
+constexpr uint64_t kPrefetchAhead = 8;
+
 }  // namespace
 
 Small small_begin(Ctx& c, uint64_t sig, size_t bytes) {
@@ -76,6 +80,15 @@ Small small_begin(Ctx& c, uint64_t sig, size_t bytes) {
     }
     h[4] = m;
   }
+  // The lines of the slot kPrefetchAhead ops on, which a peer read last: taken now, a store to
+  // them then does not stall this rank (and every store behind it) until the peer gives them up.
+  // Not a data area: fewer of them, so the peer may still be reading that one.
+  const uint64_t ahead = n + kPrefetchAhead;
+  prefetch_for_write(&head(g, c.rank, ahead));
+  if (bytes > kSmallInlineBytes && bytes <= kSmallLineBytes) {
+    const uint8_t* d = slot_data(g, c.rank, ahead, bytes);
+    for (size_t o = 0; o < bytes; o += 64) prefetch_for_write(d + o);
+  }
   return Small{n, hash_mix(sig, n)};
 }
 
@@ -98,13 +111,31 @@ const uint8_t* small_wait(Ctx& c, int j, const Small& s, size_t bytes) {
   return slot_data(g, j, s.n, bytes);
 }
 
+// For a rank that reads what rank j writes and j reads nothing back (a rooted op): j tends to run
+// ahead, so its next ops' heads are likely written already. In an op where every rank reads the
+// others, those lines are not written yet, and a copy here would make their writer wait for it.
+void small_read_ahead(Ctx& c, int j, const Small& s) {
+  __builtin_prefetch(&head(*c.shm(), j, s.n + 1));
+  __builtin_prefetch(&head(*c.shm(), j, s.n + 2));
+}
+
 void small_wait_all(Ctx& c, const Small& s) {
   for (int j = 0; j < c.size; ++j)
     if (j != c.rank) small_wait(c, j, s, 0);
 }
 
 void small_done(Ctx& c, const Small& s) {
+  if (s.n % kDoneEvery) return;
   done_word(*c.shm(), c.rank).store(s.n, std::memory_order_release);
+  ring_peers(c);
+}
+
+void small_publish_done(Ctx& c, const Small& s) {
+  ShmGroup& g = *c.shm();
+  SlotHead& hd = head(g, c.rank, s.n);
+  hd.tok = s.tok;
+  hd.n.store(s.n, std::memory_order_release);
+  if (s.n % kDoneEvery == 0) done_word(g, c.rank).store(s.n, std::memory_order_release);
   ring_peers(c);
 }
 
@@ -116,21 +147,31 @@ void allreduce_small(Ctx& c, const void* in, void* out, size_t count, int root, 
   const bool writes = root < 0 || r != root;  // nobody reads a reduce's root's input
   const Small s = small_begin(c, sig, writes ? n : 0);
   if (writes) copy_bytes(small_data(c, s, n), in, n);
+  if (root >= 0 && r != root) return small_publish_done(c, s);
   small_publish(c, s);
-  if (root < 0 || r == root) {
-    RankPtrs srcs(p);
-    for (int j = 0; j < p; ++j) srcs[j] = j == r ? in : small_wait(c, j, s, n);
-    if (count) reduce_many(out, srcs.data(), p, count, c.dt, c.op);
+  RankPtrs srcs(p);
+  for (int j = 0; j < p; ++j) {
+    if (j == r) {
+      srcs[j] = in;
+      continue;
+    }
+    if (root >= 0) small_read_ahead(c, j, s);
+    srcs[j] = small_wait(c, j, s, n);
   }
+  if (count) reduce_many(out, srcs.data(), p, count, c.dt, c.op);
   small_done(c, s);
 }
 
 void broadcast_small(Ctx& c, void* buf, size_t count, int root, uint64_t sig) {
   const size_t n = count * c.esize;
   const Small s = small_begin(c, sig, c.rank == root ? n : 0);
-  if (c.rank == root) copy_bytes(small_data(c, s, n), buf, n);
+  if (c.rank == root) {
+    copy_bytes(small_data(c, s, n), buf, n);
+    return small_publish_done(c, s);
+  }
   small_publish(c, s);
-  if (c.rank != root) copy_bytes(buf, small_wait(c, root, s, n), n);
+  small_read_ahead(c, root, s);
+  copy_bytes(buf, small_wait(c, root, s, n), n);
   small_done(c, s);
 }
 
@@ -142,11 +183,13 @@ void gather_small_blocks(Ctx& c, const void* in, void* out, Off off, Len len, in
   const bool writes = root < 0 || r != root;  // nobody reads a gather's root's block
   const Small s = small_begin(c, sig, writes ? len(r) : 0);
   if (writes) copy_bytes(small_data(c, s, len(r)), in, len(r));
+  if (root >= 0 && r != root) return small_publish_done(c, s);
   small_publish(c, s);
-  if (root < 0 || r == root) {
-    copy_bytes(u8(out) + off(r), in, len(r));
-    for (int j = 0; j < p; ++j)
-      if (j != r) copy_bytes(u8(out) + off(j), small_wait(c, j, s, len(j)), len(j));
+  copy_bytes(u8(out) + off(r), in, len(r));
+  for (int j = 0; j < p; ++j) {
+    if (j == r) continue;
+    if (root >= 0) small_read_ahead(c, j, s);
+    copy_bytes(u8(out) + off(j), small_wait(c, j, s, len(j)), len(j));
   }
   small_done(c, s);
 }
@@ -173,14 +216,13 @@ void scatter_small(Ctx& c, const void* in, void* out, size_t count, int root, ui
     uint8_t* slot = small_data(c, s, others);
     copy_bytes(slot, in, before);
     copy_bytes(slot + before, u8(in) + before + bs, others - before);
+    small_publish_done(c, s);
+    return copy_bytes(out, u8(in) + before, bs);
   }
   small_publish(c, s);
-  if (c.rank == root) {
-    copy_bytes(out, u8(in) + before, bs);
-  } else {
-    const size_t at = bs * static_cast<size_t>(c.rank < root ? c.rank : c.rank - 1);
-    copy_bytes(out, small_wait(c, root, s, others) + at, bs);
-  }
+  small_read_ahead(c, root, s);
+  const size_t at = bs * static_cast<size_t>(c.rank < root ? c.rank : c.rank - 1);
+  copy_bytes(out, small_wait(c, root, s, others) + at, bs);
   small_done(c, s);
 }
 
