@@ -46,8 +46,7 @@ struct OpDesc {
   std::vector<size_t> counts;   // allgatherv: per rank; alltoallv: sent to each rank (both: empty for equal blocks of count)
   std::vector<size_t> counts2;  // alltoallv: received from each rank
   uint64_t call = 0;            // kind, dt, op, algo and root in one word (the core's CallRecord::what)
-  uint64_t sig = 0;             // the op's signature, the same on every rank
-  uint64_t seq = 0;             // its number among the communicator's collectives (from 1)
+  uint64_t sig = 0;             // the op's signature and number, the same on every rank
 };
 
 // Runs `d` on `c` (whose op is d.op with avg as sum) to completion, avg's scaling included.

@@ -65,15 +65,16 @@ Small small_begin(Ctx& c, uint64_t sig, size_t bytes) {
                 " bytes) is too small for the direct algorithms");
   uint64_t* h = header(g, c.rank);
   const uint64_t n = ++h[3];  // words 3 and 4 are private to this rank
+  // h[4]: the least op number that every peer has said it is done with, as read last.
+  auto least_done = [&] {
+    uint64_t m = UINT64_MAX;
+    for (int j = 0; j < c.size; ++j)
+      if (j != c.rank) m = std::min(m, done_word(g, j).load(std::memory_order_acquire));
+    return m;
+  };
   const uint64_t depth = bytes <= kSmallLineBytes ? kSmallSlots : kSmallDataSlots;
   if (n > depth && h[4] < n - depth) {
     const uint64_t need = n - depth;  // every peer done with the op that used this slot last
-    auto least_done = [&] {
-      uint64_t m = UINT64_MAX;
-      for (int j = 0; j < c.size; ++j)
-        if (j != c.rank) m = std::min(m, done_word(g, j).load(std::memory_order_acquire));
-      return m;
-    };
     uint64_t m = least_done();
     if (m < need) {
       wait_for(c, [&] { return (m = least_done()) >= need; }, -1);
@@ -82,12 +83,17 @@ Small small_begin(Ctx& c, uint64_t sig, size_t bytes) {
   }
   // The lines of the slot kPrefetchAhead ops on, which a peer read last: taken now, a store to
   // them then does not stall this rank (and every store behind it) until the peer gives them up.
-  // Not a data area: fewer of them, so the peer may still be reading that one.
+  // Only once every peer has said it is done with them: a writer near its depth would take the
+  // lines its readers are about to read. Not a data area: fewer of them, so a peer may still be
+  // reading that one.
   const uint64_t ahead = n + kPrefetchAhead;
-  prefetch_for_write(&head(g, c.rank, ahead));
-  if (bytes > kSmallInlineBytes && bytes <= kSmallLineBytes) {
-    const uint8_t* d = slot_data(g, c.rank, ahead, bytes);
-    for (size_t o = 0; o < bytes; o += 64) prefetch_for_write(d + o);
+  if (ahead > kSmallSlots && h[4] < ahead - kSmallSlots) h[4] = least_done();
+  if (ahead <= kSmallSlots || h[4] >= ahead - kSmallSlots) {
+    prefetch_for_write(&head(g, c.rank, ahead));
+    if (bytes > kSmallInlineBytes && bytes <= kSmallLineBytes) {
+      const uint8_t* d = slot_data(g, c.rank, ahead, bytes);
+      for (size_t o = 0; o < bytes; o += 64) prefetch_for_write(d + o);
+    }
   }
   return Small{n, hash_mix(sig, n)};
 }

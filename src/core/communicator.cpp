@@ -69,9 +69,6 @@ constexpr uint64_t kSendKind = 100, kRecvKind = 101;  // kinds past OpKind's: p2
 uint64_t call_what(uint64_t kind, DType dt, ReduceOp op, Algo algo, int root_or_peer) {
   return kind | uint64_t(dt) << 8 | uint64_t(op) << 16 | uint64_t(algo) << 24 | uint64_t(uint32_t(root_or_peer)) << 32;
 }
-CallRecord call_of(const OpDesc& d) {
-  return CallRecord{d.seq, d.call, d.count, 0};
-}
 std::string describe_call(const CallRecord& c) {
   if (c.seq == 0) return "no op yet";
   const uint64_t kind = c.what & 0xff;
@@ -376,10 +373,11 @@ struct Communicator::Impl final : WorkDriver {
   }
   // By the thread that owns the engine, as the op starts: ops run in the order they were
   // submitted, so the ranks agree on the nth collective, whichever threads submit them. Its number
-  // goes in its signature.
-  void sequence(OpDesc& d) {
-    d.seq = ++coll_seq;
-    d.sig = hash_mix(d.sig, d.seq);
+  // goes in its signature; returns it.
+  uint64_t sequence(OpDesc& d) {
+    const uint64_t seq = ++coll_seq;
+    d.sig = hash_mix(d.sig, seq);
+    return seq;
   }
   // Queues `d` as a collective, signed with `count` (what the ranks must agree on) and `extra`;
   // it runs with its own Ctx (run_one). A blocking call runs it at once on this thread when the
@@ -418,19 +416,21 @@ struct Communicator::Impl final : WorkDriver {
   // The descriptor of a collective: its algorithm picked for `bytes`.
   OpDesc desc(OpKind kind, DType dt, ReduceOp op, Algo requested, size_t bytes, const void* in, void* out, size_t count,
               int root = -1) const {
-    OpDesc d;
-    d.kind = kind;
-    d.algo = pick(kind, requested, bytes);
-    d.dt = dt;
-    d.op = op;
-    d.root = root;
-    d.in = in;
-    d.out = out;
-    d.count = count;
-    // From the arguments, in one store: a load of the byte-wide fields above, as one word, would
-    // wait until they left the store buffer, behind the last op's stores to lines a peer reads.
-    d.call = call_what(static_cast<uint64_t>(kind), dt, op, d.algo, root);
-    return d;
+    const Algo algo = pick(kind, requested, bytes);
+    // The call word from the arguments, in one store: a load of the byte-wide fields, as one word,
+    // would wait until they left the store buffer, behind the last op's stores to lines a peer
+    // reads. Each field written once (zeroing the whole descriptor first took a `rep stos`).
+    return OpDesc{.kind = kind,
+                  .algo = algo,
+                  .dt = dt,
+                  .op = op,
+                  .root = root,
+                  .in = in,
+                  .out = out,
+                  .count = count,
+                  .counts = {},
+                  .counts2 = {},
+                  .call = call_what(static_cast<uint64_t>(kind), dt, op, algo, root)};
   }
   void post_p2p(Op& op);
   // allgather(v) once its counts are checked: `own` elements in, `total` out (counts empty: equal
@@ -716,9 +716,11 @@ void Communicator::Impl::run_one(Op& op) {
 
 std::exception_ptr Communicator::Impl::run_collective(const char* what, OpDesc& d) {
   try {
-    sequence(d);
+    const uint64_t seq = sequence(d);
     if (engine->aborted()) engine->throw_aborted();
-    enter_call(call_of(d));
+    // From the words one by one: a load of fields just stored, as one wider word, would wait
+    // until they left the store buffer (desc()).
+    enter_call(CallRecord{seq, d.call, d.count, 0});
     engine->begin_op(what, opts.timeout);
     const ReduceOp kernel_op = d.op == ReduceOp::avg ? ReduceOp::sum : d.op;  // avg: run_op scales
     Ctx ctx(*engine, shm.get(), scratch, rank, size, d.dt, kernel_op, what, d.sig, topo.topo, &topo.hosts, topo.ways);
