@@ -7,7 +7,8 @@
 #   scripts/bench_ab.sh /tmp/old/build/shoal-bench build/shoal-bench "scatter gather" "4M 16M 64M" 3 -- --transport tcp
 #
 # One line per (round, op, size, build): shoal's time (µs), the peer's time (µs), peer/shoal, and,
-# where `perf` is installed (Debian's linux-perf), the context switches of the whole run.
+# where `perf` is installed (Debian's linux-perf), the context switches of the whole run. The times
+# come from the bench's JSON row, unrounded (its table shows 0.01 µs, coarse for 8 B ops).
 # BENCH_RANKS (default 4) sets the ranks, BENCH_PEER (default gloo; or ompi) the peer.
 # BENCH_OLD_ENV and BENCH_NEW_ENV (VAR=VALUE ...) set the environment of each side: to compare two
 # settings of one build, pass the same bench twice, e.g.
@@ -22,6 +23,8 @@ if [ $# -gt 0 ] && [ "$1" != "--" ]; then rounds=$1; shift; fi
 [ $# -gt 0 ] && [ "$1" = "--" ] && shift
 ranks=${BENCH_RANKS:-4}
 peer=${BENCH_PEER:-gloo}
+json=$(mktemp)
+trap 'rm -f "$json"' EXIT
 perf_ok=0
 command -v perf >/dev/null && perf stat -e context-switches true >/dev/null 2>&1 && perf_ok=1
 
@@ -35,14 +38,16 @@ for ((round = 1; round <= rounds; round++)); do
         bench=$old side_env=${BENCH_OLD_ENV:-}
         [ "$which" = new ] && bench=$new side_env=${BENCH_NEW_ENV:-}
         # shellcheck disable=SC2206  # VAR=VALUE words, split on purpose
-        cmd=(env $side_env "$bench" "$op" -n "$ranks" -b "$size" -e "$size" --vs "$peer" "$@")
+        cmd=(env $side_env "$bench" "$op" -n "$ranks" -b "$size" -e "$size" --vs "$peer" --json "$json" "$@")
+        rm -f "$json"
         if [ $perf_ok = 1 ]; then
           out=$(perf stat -x, -e context-switches -- "${cmd[@]}" 2>&1)
         else
           out=$("${cmd[@]}" 2>&1)
         fi
-        # The row: size count iters | shoal us algbw busbw | peer us busbw | ratio
-        row=$(grep -E '^ +[0-9]+ +[0-9]+ +[0-9]+ \|' <<<"$out" | awk '{print $5, $9, $NF}')
+        row=$(python3 -c 'import json, sys
+r = json.load(open(sys.argv[1]))["rows"][-1]
+print(r["shoal_us"], r[sys.argv[2] + "_us"], r[sys.argv[2] + "_ratio"])' "$json" "$peer" 2>/dev/null || true)
         cs=$(grep -s context-switches <<<"$out" | cut -d, -f1 || true)
         echo "$round $op $size $which ${row:-failed} ${cs:--}"
       done

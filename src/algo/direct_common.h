@@ -204,11 +204,14 @@ inline void end_single(Ctx& c) { c.shm()->barrier(); }
 // A small op writes its data with its number and token into the rank's own slot, reads what it
 // needs from the peers' slots once their number is there (checking their token: a peer in a
 // different call is a PeerError), and says it is done. A rank reuses a slot only after every peer
-// is done with the op that used it last, so ranks may be up to kSmallSlots - 1 ops apart and no op
-// waits for a peer that only reads (a broadcast's root, a reduce's other ranks leave at once).
+// has said it is done with the op that used it last, so ranks may be up to kSmallSlots - 1 ops
+// apart and no op waits for a peer that only reads (a broadcast's root, a reduce's other ranks
+// leave at once).
 // Takes the next op number and waits until its slot is free here for writing `bytes` (its head,
-// and its data area when they do not fit inline). Throws like a wait.
-Small small_begin(Ctx& c, uint64_t sig, size_t bytes);
+// and its data area when they do not fit inline). `ahead`: this rank reads nothing of the op (a
+// broadcast's or scatter's root, a reduce's or gather's other ranks), so it may run ahead of its
+// readers, and takes the lines of a later slot for writing meanwhile. Throws like a wait.
+Small small_begin(Ctx& c, uint64_t sig, size_t bytes, bool ahead = false);
 // Where this rank writes the `bytes` of op `s`, before small_publish.
 uint8_t* small_data(Ctx& c, const Small& s, size_t bytes);
 // Publishes the own slot's number and token (after its data).

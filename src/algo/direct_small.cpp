@@ -58,7 +58,7 @@ constexpr uint64_t kPrefetchAhead = 8;
 
 }  // namespace
 
-Small small_begin(Ctx& c, uint64_t sig, size_t bytes) {
+Small small_begin(Ctx& c, uint64_t sig, size_t bytes, bool ahead) {
   ShmGroup& g = *c.shm();
   if (g.scratch_bytes() < kHeaderBytes + kSmallArea)
     throw Error(std::string(c.what) + ": the shared-memory scratch area (" + std::to_string(g.scratch_bytes()) +
@@ -81,17 +81,18 @@ Small small_begin(Ctx& c, uint64_t sig, size_t bytes) {
     }
     h[4] = m;
   }
-  // The lines of the slot kPrefetchAhead ops on, which a peer read last: taken now, a store to
-  // them then does not stall this rank (and every store behind it) until the peer gives them up.
-  // Only once every peer has said it is done with them: a writer near its depth would take the
-  // lines its readers are about to read. Not a data area: fewer of them, so a peer may still be
-  // reading that one.
-  const uint64_t ahead = n + kPrefetchAhead;
-  if (ahead > kSmallSlots && h[4] < ahead - kSmallSlots) h[4] = least_done();
-  if (ahead <= kSmallSlots || h[4] >= ahead - kSmallSlots) {
-    prefetch_for_write(&head(g, c.rank, ahead));
+  // A rank that runs ahead takes the lines of the slot kPrefetchAhead ops on, which a peer read
+  // last: a store to them then does not stall this rank (and every store behind it) until the
+  // peer gives them up. Only once every peer has said it is done with them: a writer near its
+  // depth would take the lines its readers are about to read. Not a data area: fewer of them, so
+  // a peer may still be reading that one. A rank that reads its peers in the same op waits for
+  // them anyway, its stores meanwhile.
+  const uint64_t later = n + kPrefetchAhead;
+  if (ahead && later > kSmallSlots && h[4] < later - kSmallSlots) h[4] = least_done();
+  if (ahead && (later <= kSmallSlots || h[4] >= later - kSmallSlots)) {
+    prefetch_for_write(&head(g, c.rank, later));
     if (bytes > kSmallInlineBytes && bytes <= kSmallLineBytes) {
-      const uint8_t* d = slot_data(g, c.rank, ahead, bytes);
+      const uint8_t* d = slot_data(g, c.rank, later, bytes);
       for (size_t o = 0; o < bytes; o += 64) prefetch_for_write(d + o);
     }
   }
@@ -151,7 +152,7 @@ void allreduce_small(Ctx& c, const void* in, void* out, size_t count, int root, 
   const int p = c.size, r = c.rank;
   const size_t n = count * c.esize;
   const bool writes = root < 0 || r != root;  // nobody reads a reduce's root's input
-  const Small s = small_begin(c, sig, writes ? n : 0);
+  const Small s = small_begin(c, sig, writes ? n : 0, root >= 0 && r != root);
   if (writes) copy_bytes(small_data(c, s, n), in, n);
   if (root >= 0 && r != root) return small_publish_done(c, s);
   small_publish(c, s);
@@ -170,7 +171,7 @@ void allreduce_small(Ctx& c, const void* in, void* out, size_t count, int root, 
 
 void broadcast_small(Ctx& c, void* buf, size_t count, int root, uint64_t sig) {
   const size_t n = count * c.esize;
-  const Small s = small_begin(c, sig, c.rank == root ? n : 0);
+  const Small s = small_begin(c, sig, c.rank == root ? n : 0, c.rank == root);
   if (c.rank == root) {
     copy_bytes(small_data(c, s, n), buf, n);
     return small_publish_done(c, s);
@@ -187,7 +188,7 @@ template <class Off, class Len>
 void gather_small_blocks(Ctx& c, const void* in, void* out, Off off, Len len, int root, uint64_t sig) {
   const int p = c.size, r = c.rank;
   const bool writes = root < 0 || r != root;  // nobody reads a gather's root's block
-  const Small s = small_begin(c, sig, writes ? len(r) : 0);
+  const Small s = small_begin(c, sig, writes ? len(r) : 0, root >= 0 && r != root);
   if (writes) copy_bytes(small_data(c, s, len(r)), in, len(r));
   if (root >= 0 && r != root) return small_publish_done(c, s);
   small_publish(c, s);
@@ -217,7 +218,7 @@ void scatter_small(Ctx& c, const void* in, void* out, size_t count, int root, ui
   const size_t bs = count * c.esize;
   const size_t before = bs * static_cast<size_t>(root);  // the blocks of the ranks below the root
   const size_t others = bs * static_cast<size_t>(c.size - 1);
-  const Small s = small_begin(c, sig, c.rank == root ? others : 0);
+  const Small s = small_begin(c, sig, c.rank == root ? others : 0, c.rank == root);
   if (c.rank == root) {
     uint8_t* slot = small_data(c, s, others);
     copy_bytes(slot, in, before);
