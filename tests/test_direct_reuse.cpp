@@ -246,12 +246,13 @@ TEST_P(DirectReuse, RanksRunningAheadReuseASlotOnlyOnceItsReadersAreDone) {
   });
 }
 
-// A rank says it is done with a small op only every kDoneEvery-th op (direct_common.h), so a
-// writer may wait for a reader that has read everything but not said so. The depth left to a root
-// is still kSmallSlots - kDoneEvery ops (kSmallDataSlots - kDoneEvery with a data area) whatever
-// op the reader stopped at: here the readers stop at each op number modulo kDoneEvery and wait
-// for a message the root sends only after running that many broadcasts ahead. A root that waited
-// for more would leave every rank waiting until the group's timeout.
+// A rank says it is done with a small op only every kDoneEvery-th op, or at once after reading a
+// data area (direct_common.h), so a writer may wait for a reader that has read everything but not
+// said so. The depth left to a root is still kSmallSlots - kDoneEvery ops (kSmallDataSlots - 1
+// with a data area, the whole ring) whatever op the reader stopped at: here the readers stop at
+// each op number modulo kDoneEvery and wait for a message the root sends only after running that
+// many broadcasts ahead. A root that waited for more would leave every rank waiting until the
+// group's timeout.
 TEST_P(DirectReuse, ARootRunsItsDepthAheadOfReadersWaitingElsewhere) {
   run_ranks(GetParam(), timed_config("shm", std::chrono::seconds(20), std::chrono::seconds(120)), [](Communicator& c) {
     using namespace algo::direct;
@@ -266,7 +267,7 @@ TEST_P(DirectReuse, ARootRunsItsDepthAheadOfReadersWaitingElsewhere) {
     };
     for (size_t bytes : {size_t(8), kSmallBytes}) {
       const size_t count = bytes / 4;
-      const int ahead = (bytes <= kSmallLineBytes ? kSmallSlots : kSmallDataSlots) - kDoneEvery;
+      const int ahead = bytes <= kSmallLineBytes ? kSmallSlots - kDoneEvery : kSmallDataSlots - 1;
       for (int phase = 0; phase < kDoneEvery; ++phase) {
         for (int i = 0; i <= phase; ++i) broadcast(count);  // the readers stop at another number
         if (me == 0) {

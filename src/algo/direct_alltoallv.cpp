@@ -122,9 +122,9 @@ void alltoallv_direct(Ctx& c, const void* in, const std::vector<size_t>& send_co
       }
       copy_bytes(u8(out) + rb.off[j], from, rb.len[j]);
     }
-    return small_done(c, s);
+    return small_done(c, s, kSmallBytes);
   }
-  small_done(c, s);
+  small_done(c, s, kSmallBytes);
   if (rings) return alltoallv_pairwise(c, in, send_counts, out, recv_counts);
 
   // out's blocks are written while in's are still copied in.

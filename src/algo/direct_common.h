@@ -60,10 +60,10 @@ inline constexpr size_t kHeaderBytes = 128;
 // (BENCHMARKS.md, "Small rooted ops" and "Line areas"). 164 KiB per rank.
 //
 // A rank says it is done with an op (the word a writer polls before reusing a slot) only every
-// kDoneEvery-th op: a writer at its depth polls that word, and each store to it would first take
-// the line back from the writer. So a writer may stop kDoneEvery - 1 ops short of that depth, and
-// no wait is longer for it: a rank waiting in op m has said it is done with m - kDoneEvery + 1 or
-// later.
+// kDoneEvery-th op (and after reading a data area): a writer at its depth polls that word, and
+// each store to it would first take the line back from the writer. So a writer with up to
+// kSmallLineBytes may stop kDoneEvery - 1 ops short of that depth, and no wait is longer for it: a
+// rank waiting in op m has said it is done with m - kDoneEvery + 1 or later.
 inline constexpr int kSmallSlots = 64;
 inline constexpr int kSmallDataSlots = 16;
 inline constexpr int kDoneEvery = 8;
@@ -222,8 +222,10 @@ const uint8_t* small_wait(Ctx& c, int j, const Small& s, size_t bytes);
 void small_wait_all(Ctx& c, const Small& s);  // every other rank
 // Before waiting for rank j in a rooted op: starts loading j's next heads.
 void small_read_ahead(Ctx& c, int j, const Small& s);
-// This rank reads no more of the peers' slots for op `s`.
-void small_done(Ctx& c, const Small& s);
+// This rank reads no more of the peers' slots for op `s`, of which it read at most `read` bytes
+// from one peer: it says so every kDoneEvery-th op, or at once after reading a data area (of
+// which a writer has kSmallDataSlots only).
+void small_done(Ctx& c, const Small& s, size_t read);
 // small_publish and small_done at once, for a rank that reads nothing of op `s` (a broadcast's
 // root, a reduce's other ranks): the peers are woken once for both.
 void small_publish_done(Ctx& c, const Small& s);

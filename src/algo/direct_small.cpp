@@ -131,8 +131,8 @@ void small_wait_all(Ctx& c, const Small& s) {
     if (j != c.rank) small_wait(c, j, s, 0);
 }
 
-void small_done(Ctx& c, const Small& s) {
-  if (s.n % kDoneEvery) return;
+void small_done(Ctx& c, const Small& s, size_t read) {
+  if (s.n % kDoneEvery && read <= kSmallLineBytes) return;
   done_word(*c.shm(), c.rank).store(s.n, std::memory_order_release);
   ring_peers(c);
 }
@@ -166,7 +166,7 @@ void allreduce_small(Ctx& c, const void* in, void* out, size_t count, int root, 
     srcs[j] = small_wait(c, j, s, n);
   }
   if (count) reduce_many(out, srcs.data(), p, count, c.dt, c.op);
-  small_done(c, s);
+  small_done(c, s, n);
 }
 
 void broadcast_small(Ctx& c, void* buf, size_t count, int root, uint64_t sig) {
@@ -179,7 +179,7 @@ void broadcast_small(Ctx& c, void* buf, size_t count, int root, uint64_t sig) {
   small_publish(c, s);
   small_read_ahead(c, root, s);
   copy_bytes(buf, small_wait(c, root, s, n), n);
-  small_done(c, s);
+  small_done(c, s, n);
 }
 
 namespace {
@@ -193,12 +193,14 @@ void gather_small_blocks(Ctx& c, const void* in, void* out, Off off, Len len, in
   if (root >= 0 && r != root) return small_publish_done(c, s);
   small_publish(c, s);
   copy_bytes(u8(out) + off(r), in, len(r));
+  size_t read = 0;
   for (int j = 0; j < p; ++j) {
     if (j == r) continue;
     if (root >= 0) small_read_ahead(c, j, s);
     copy_bytes(u8(out) + off(j), small_wait(c, j, s, len(j)), len(j));
+    read = std::max(read, len(j));
   }
-  small_done(c, s);
+  small_done(c, s, read);
 }
 }  // namespace
 
@@ -230,7 +232,7 @@ void scatter_small(Ctx& c, const void* in, void* out, size_t count, int root, ui
   small_read_ahead(c, root, s);
   const size_t at = bs * static_cast<size_t>(c.rank < root ? c.rank : c.rank - 1);
   copy_bytes(out, small_wait(c, root, s, others) + at, bs);
-  small_done(c, s);
+  small_done(c, s, others);
 }
 
 void reduce_scatter_small(Ctx& c, const void* in, void* out, size_t count, uint64_t sig) {
@@ -243,7 +245,7 @@ void reduce_scatter_small(Ctx& c, const void* in, void* out, size_t count, uint6
   RankPtrs srcs(p);
   for (int j = 0; j < p; ++j) srcs[j] = (j == r ? u8(in) : small_wait(c, j, s, all)) + static_cast<size_t>(r) * bs;
   if (count) reduce_many(out, srcs.data(), p, count, c.dt, c.op);
-  small_done(c, s);
+  small_done(c, s, all);
 }
 
 void alltoall_small(Ctx& c, const void* in, void* out, size_t count, uint64_t sig) {
@@ -256,14 +258,14 @@ void alltoall_small(Ctx& c, const void* in, void* out, size_t count, uint64_t si
   if (in != out) copy_bytes(u8(out) + static_cast<size_t>(r) * bs, u8(in) + static_cast<size_t>(r) * bs, bs);
   for (int j = 0; j < p; ++j)
     if (j != r) copy_bytes(u8(out) + static_cast<size_t>(j) * bs, small_wait(c, j, s, all) + static_cast<size_t>(r) * bs, bs);
-  small_done(c, s);
+  small_done(c, s, all);
 }
 
 void barrier_small(Ctx& c, uint64_t sig) {
   const Small s = small_begin(c, sig, 0);
   small_publish(c, s);
   small_wait_all(c, s);
-  small_done(c, s);
+  small_done(c, s, 0);
 }
 
 }  // namespace shoal::algo::direct
