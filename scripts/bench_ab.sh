@@ -46,8 +46,8 @@ for ((round = 1; round <= rounds; round++)); do
           out=$("${cmd[@]}" 2>&1)
         fi
         row=$(python3 -c 'import json, sys
-r = json.load(open(sys.argv[1]))["rows"][-1]
-print(r["shoal_us"], r[sys.argv[2] + "_us"], r[sys.argv[2] + "_ratio"])' "$json" "$peer" 2>/dev/null || true)
+r, p = json.load(open(sys.argv[1]))["rows"][-1], sys.argv[2]
+print(r.get("skipped") or " ".join(str(r[k]) for k in ("shoal_us", p + "_us", p + "_ratio")))' "$json" "$peer" 2>/dev/null || true)
         cs=$(grep -s context-switches <<<"$out" | cut -d, -f1 || true)
         echo "$round $op $size $which ${row:-failed} ${cs:--}"
       done
