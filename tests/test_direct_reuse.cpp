@@ -248,9 +248,11 @@ TEST_P(DirectReuse, RanksRunningAheadReuseASlotOnlyOnceItsReadersAreDone) {
 
 // A rank says it is done with a small op only every kDoneEvery-th op, or at once after reading a
 // data area (direct_common.h), so a writer may wait for a reader that has read everything but not
-// said so. The depth left to a root is still kSmallSlots - kDoneEvery ops (kSmallDataSlots - 1
-// with a data area, the whole ring) whatever op the reader stopped at: here the readers stop at
-// each op number modulo kDoneEvery and wait for a message the root sends only after running that
+// said so. The depth left to a root is still kSmallSlots - kDoneEvery ops with up to
+// kSmallLineBytes, kSmallDataSlots - kDoneEvery with a data area, whatever op the readers stopped
+// at. Here they stop after kDoneEvery - 1 broadcasts of 8 B (so a data area read before says
+// nothing of them), at every op number modulo kDoneEvery in turn (each round is an odd number of
+// ops, kDoneEvery a power of 2), and wait for a message the root sends only after running that
 // many broadcasts ahead. A root that waited for more would leave every rank waiting until the
 // group's timeout.
 TEST_P(DirectReuse, ARootRunsItsDepthAheadOfReadersWaitingElsewhere) {
@@ -265,11 +267,13 @@ TEST_P(DirectReuse, ARootRunsItsDepthAheadOfReadersWaitingElsewhere) {
       c.broadcast(buf.data(), count, DType::f32, 0, {Algo::direct})->wait();
       SH_CHECK(buf[0] == v && buf[count - 1] == v) << "broadcast " << op << " of " << count << " floats";
     };
+    static_assert((kDoneEvery & (kDoneEvery - 1)) == 0, "the rounds' odd length covers every residue");
     for (size_t bytes : {size_t(8), kSmallBytes}) {
       const size_t count = bytes / 4;
-      const int ahead = bytes <= kSmallLineBytes ? kSmallSlots - kDoneEvery : kSmallDataSlots - 1;
-      for (int phase = 0; phase < kDoneEvery; ++phase) {
-        for (int i = 0; i <= phase; ++i) broadcast(count);  // the readers stop at another number
+      const int ahead = (bytes <= kSmallLineBytes ? kSmallSlots : kSmallDataSlots) - kDoneEvery;
+      SH_CHECK((kDoneEvery - 1 + ahead) % 2 == 1) << "a round of " << kDoneEvery - 1 + ahead << " ops";
+      for (int round = 0; round < kDoneEvery; ++round) {
+        for (int i = 0; i < kDoneEvery - 1; ++i) broadcast(2);
         if (me == 0) {
           for (int i = 0; i < ahead; ++i) broadcast(count);
           for (int r = 1; r < p; ++r) c.send(token.data(), 1, DType::f32, r)->wait();
@@ -277,7 +281,6 @@ TEST_P(DirectReuse, ARootRunsItsDepthAheadOfReadersWaitingElsewhere) {
           c.recv(token.data(), 1, DType::f32, 0)->wait();
           for (int i = 0; i < ahead; ++i) broadcast(count);
         }
-        c.barrier()->wait();
       }
     }
   });

@@ -82,8 +82,8 @@ void reduce_streamed(Ctx& c, const void* in, void* out, size_t count, int root, 
   }
   // Every peer is in this call before any of its pieces is read: a peer in another call is a
   // PeerError here rather than a wait for pieces that never come. Before arriving: a peer that
-  // has left this op may reuse its small slot's head only once this rank is done with it (begin
-  // said so already), and none leaves before this rank has arrived.
+  // has left this op may reuse its small slot's head only once this rank has said it is done
+  // with it, which it may have (begin), but none leaves before this rank has arrived.
   for (int j = 0; j < p; ++j)
     if (j != r) small_wait(c, j, sm, 0);
   RankPtrs srcs(p);

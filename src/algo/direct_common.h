@@ -60,10 +60,11 @@ inline constexpr size_t kHeaderBytes = 128;
 // (BENCHMARKS.md, "Small rooted ops" and "Line areas"). 164 KiB per rank.
 //
 // A rank says it is done with an op (the word a writer polls before reusing a slot) only every
-// kDoneEvery-th op (and after reading a data area): a writer at its depth polls that word, and
-// each store to it would first take the line back from the writer. So a writer with up to
-// kSmallLineBytes may stop kDoneEvery - 1 ops short of that depth, and no wait is longer for it: a
-// rank waiting in op m has said it is done with m - kDoneEvery + 1 or later.
+// kDoneEvery-th op, and after reading a data area: a writer at its depth polls that word, and
+// each store to it would first take the line back from the writer. So a writer may stop
+// kDoneEvery - 1 ops short of its depth (with a data area too, after readers whose last ops were
+// smaller), and no wait is longer for it: a rank waiting in op m has said it is done with
+// m - kDoneEvery or later.
 inline constexpr int kSmallSlots = 64;
 inline constexpr int kSmallDataSlots = 16;
 inline constexpr int kDoneEvery = 8;
