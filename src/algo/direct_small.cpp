@@ -11,7 +11,8 @@
 // kSmallDataSlots data areas: direct_common.h), so ranks may drift up to kSmallSlots - 1 ops apart
 // (kSmallDataSlots - 1 for an op with more than kSmallLineBytes of data); a rank reuses a slot
 // once every peer has said it is done with the op that used it (`done`, said every kDoneEvery-th
-// op, and read from the peers only when the last value seen is too old).
+// op and after reading a data area, and read from the peers only when the last value seen is too
+// old).
 //
 // Mismatched calls: every direct op writes its number and token in its slot (chunked ones too,
 // in begin()), and a reader compares the token with its own: a peer in another call is a
