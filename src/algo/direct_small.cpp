@@ -92,10 +92,7 @@ Small small_begin(Ctx& c, uint64_t sig, size_t bytes, bool ahead) {
   if (ahead && later > kSmallSlots && h[4] < later - kSmallSlots) h[4] = least_done();
   if (ahead && (later <= kSmallSlots || h[4] >= later - kSmallSlots)) {
     prefetch_for_write(&head(g, c.rank, later));
-    if (bytes > kSmallInlineBytes && bytes <= kSmallLineBytes) {
-      const uint8_t* d = slot_data(g, c.rank, later, bytes);
-      for (size_t o = 0; o < bytes; o += 64) prefetch_for_write(d + o);
-    }
+    if (bytes > kSmallInlineBytes && bytes <= kSmallLineBytes) prefetch_for_write(slot_data(g, c.rank, later, bytes), bytes);
   }
   return Small{n, hash_mix(sig, n)};
 }
