@@ -54,8 +54,8 @@ inline constexpr size_t kHeaderBytes = 128;
 // kSmallSlots); larger data, up to kSmallBytes, in one of kSmallDataSlots data areas (op n: area
 // n % kSmallDataSlots). The heads are contiguous (one page per rank), and the large data areas
 // few, so that cycling through them stays in the caches and the TLB. A rank that waits for no one
-// (a broadcast's or scatter's root, a reduce's or gather's leaves) runs ahead of the slowest peer,
-// up to kSmallSlots - 1 ops with up to kSmallLineBytes of data, kSmallDataSlots - 1 with more:
+// (a broadcast's or scatter's root, a reduce's or gather's other ranks) runs ahead of the slowest
+// peer, up to kSmallSlots - 1 ops with up to kSmallLineBytes of data, kSmallDataSlots - 1 with more:
 // with ranks outnumbering cores, a rank then does many ops per turn on its core instead of one
 // (BENCHMARKS.md, "Small rooted ops" and "Line areas"). 164 KiB per rank.
 //
@@ -105,8 +105,9 @@ struct Small {
 };
 
 // Starts a chunked direct op: writes its token (sig mixed with this rank's chunked-op number)
-// into the own header, and takes its number among all direct ops (small_begin and small_publish
-// with no data, so that a peer in a small op at the same number sees the mismatch).
+// into the own header, and takes its number among all direct ops (small_begin and
+// small_publish_done with no data, so that a peer in a small op at the same number sees the
+// mismatch).
 // Returns the op's number among all direct ops, for a reader that checks a peer's (small_wait).
 Small begin(Ctx& c, uint64_t sig);
 // begin()'s second half, for an op that took its number among all direct ops in a small round of
@@ -223,12 +224,13 @@ const uint8_t* small_wait(Ctx& c, int j, const Small& s, size_t bytes);
 void small_wait_all(Ctx& c, const Small& s);  // every other rank
 // Before waiting for rank j in a rooted op: starts loading j's next heads.
 void small_read_ahead(Ctx& c, int j, const Small& s);
-// This rank reads no more of the peers' slots for op `s`, of which it read at most `read` bytes
-// from one peer: it says so every kDoneEvery-th op, or at once after reading a data area (of
-// which a writer has kSmallDataSlots only).
-void small_done(Ctx& c, const Small& s, size_t read);
-// small_publish and small_done at once, for a rank that reads nothing of op `s` (a broadcast's
-// root, a reduce's other ranks): the peers are woken once for both.
+// This rank reads no more of the peers' slots for op `s`, whose writers wrote at most `written`
+// bytes each (the op's arguments say): it says so every kDoneEvery-th op, or at once where that
+// is more than kSmallLineBytes (a data area, of which a writer has kSmallDataSlots only).
+void small_done(Ctx& c, const Small& s, size_t written);
+// small_publish and small_done at once, for a rank that reads none of its peers' data in op `s`
+// (a broadcast's root, a reduce's other ranks, a chunked op's begin()): the peers are woken once
+// for both.
 void small_publish_done(Ctx& c, const Small& s);
 // Waits until cond() holds, polling briefly before ShmGroup::wait (which reads the clock, sleeps,
 // and fails on a dead or aborted `peer`, every peer when -1, or at the deadline). A writer of what

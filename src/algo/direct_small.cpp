@@ -17,10 +17,10 @@
 // Mismatched calls: every direct op writes its number and token in its slot (chunked ones too,
 // in begin()), and a reader compares the token with its own: a peer in another call is a
 // PeerError, never a wrong result.
+#include <algorithm>
 #include <vector>
 
 #include "algo/direct_common.h"
-#include "base/cpu_relax.h"
 #include "base/prefetch.h"
 #include "reduce/copy.h"
 #include "reduce/reduce.h"
@@ -53,6 +53,17 @@ uint8_t* slot_data(ShmGroup& g, int r, uint64_t n, size_t bytes) {
 
 // Wakes the peers that sleep (an awake peer costs a load of a line it rarely writes).
 void ring_peers(Ctx& c) { c.shm()->ring_peers(); }
+
+// The own slot's number and token, after its data.
+void publish_head(ShmGroup& g, int r, const Small& s) {
+  SlotHead& hd = head(g, r, s.n);
+  hd.tok = s.tok;
+  hd.n.store(s.n, std::memory_order_release);
+}
+
+// Whether a rank says now that it is done with op `s`, whose writers wrote at most `written`
+// bytes each (direct_common.h, kDoneEvery).
+bool says_done(const Small& s, size_t written) { return s.n % kDoneEvery == 0 || written > kSmallLineBytes; }
 
 // How many ops ahead a rank takes the lines of its own slot for writing (small_begin).
 constexpr uint64_t kPrefetchAhead = 8;
@@ -88,11 +99,13 @@ Small small_begin(Ctx& c, uint64_t sig, size_t bytes, bool ahead) {
   // depth would take the lines its readers are about to read. Not a data area: fewer of them, so
   // a peer may still be reading that one. A rank that reads its peers in the same op waits for
   // them anyway, its stores meanwhile.
-  const uint64_t later = n + kPrefetchAhead;
-  if (ahead && later > kSmallSlots && h[4] < later - kSmallSlots) h[4] = least_done();
-  if (ahead && (later <= kSmallSlots || h[4] >= later - kSmallSlots)) {
-    prefetch_for_write(&head(g, c.rank, later));
-    if (bytes > kSmallInlineBytes && bytes <= kSmallLineBytes) prefetch_for_write(slot_data(g, c.rank, later, bytes), bytes);
+  if (ahead) {
+    const uint64_t later = n + kPrefetchAhead;
+    if (later > kSmallSlots && h[4] < later - kSmallSlots) h[4] = least_done();  // read again
+    if (later <= kSmallSlots || h[4] >= later - kSmallSlots) {
+      prefetch_for_write(&head(g, c.rank, later));
+      if (bytes > kSmallInlineBytes && bytes <= kSmallLineBytes) prefetch_for_write(slot_data(g, c.rank, later, bytes), bytes);
+    }
   }
   return Small{n, hash_mix(sig, n)};
 }
@@ -100,9 +113,7 @@ Small small_begin(Ctx& c, uint64_t sig, size_t bytes, bool ahead) {
 uint8_t* small_data(Ctx& c, const Small& s, size_t bytes) { return slot_data(*c.shm(), c.rank, s.n, bytes); }
 
 void small_publish(Ctx& c, const Small& s) {
-  SlotHead& hd = head(*c.shm(), c.rank, s.n);
-  hd.tok = s.tok;
-  hd.n.store(s.n, std::memory_order_release);
+  publish_head(*c.shm(), c.rank, s);
   ring_peers(c);
 }
 
@@ -129,18 +140,16 @@ void small_wait_all(Ctx& c, const Small& s) {
     if (j != c.rank) small_wait(c, j, s, 0);
 }
 
-void small_done(Ctx& c, const Small& s, size_t read) {
-  if (s.n % kDoneEvery && read <= kSmallLineBytes) return;
+void small_done(Ctx& c, const Small& s, size_t written) {
+  if (!says_done(s, written)) return;
   done_word(*c.shm(), c.rank).store(s.n, std::memory_order_release);
   ring_peers(c);
 }
 
 void small_publish_done(Ctx& c, const Small& s) {
   ShmGroup& g = *c.shm();
-  SlotHead& hd = head(g, c.rank, s.n);
-  hd.tok = s.tok;
-  hd.n.store(s.n, std::memory_order_release);
-  if (s.n % kDoneEvery == 0) done_word(g, c.rank).store(s.n, std::memory_order_release);
+  publish_head(g, c.rank, s);
+  if (says_done(s, 0)) done_word(g, c.rank).store(s.n, std::memory_order_release);
   ring_peers(c);
 }
 
@@ -150,9 +159,10 @@ void allreduce_small(Ctx& c, const void* in, void* out, size_t count, int root, 
   const int p = c.size, r = c.rank;
   const size_t n = count * c.esize;
   const bool writes = root < 0 || r != root;  // nobody reads a reduce's root's input
-  const Small s = small_begin(c, sig, writes ? n : 0, root >= 0 && r != root);
+  const bool leaf = root >= 0 && r != root;    // reads nothing
+  const Small s = small_begin(c, sig, writes ? n : 0, leaf);
   if (writes) copy_bytes(small_data(c, s, n), in, n);
-  if (root >= 0 && r != root) return small_publish_done(c, s);
+  if (leaf) return small_publish_done(c, s);
   small_publish(c, s);
   RankPtrs srcs(p);
   for (int j = 0; j < p; ++j) {
@@ -186,9 +196,10 @@ template <class Off, class Len>
 void gather_small_blocks(Ctx& c, const void* in, void* out, Off off, Len len, int root, uint64_t sig) {
   const int p = c.size, r = c.rank;
   const bool writes = root < 0 || r != root;  // nobody reads a gather's root's block
-  const Small s = small_begin(c, sig, writes ? len(r) : 0, root >= 0 && r != root);
+  const bool leaf = root >= 0 && r != root;    // reads nothing
+  const Small s = small_begin(c, sig, writes ? len(r) : 0, leaf);
   if (writes) copy_bytes(small_data(c, s, len(r)), in, len(r));
-  if (root >= 0 && r != root) return small_publish_done(c, s);
+  if (leaf) return small_publish_done(c, s);
   small_publish(c, s);
   copy_bytes(u8(out) + off(r), in, len(r));
   size_t read = 0;

@@ -419,7 +419,7 @@ struct Communicator::Impl final : WorkDriver {
     const Algo algo = pick(kind, requested, bytes);
     // The call word from the arguments, in one store: a load of the byte-wide fields, as one word,
     // would wait until they left the store buffer, behind the last op's stores to lines a peer
-    // reads. Each field written once (zeroing the whole descriptor first took a `rep stos`).
+    // reads.
     return OpDesc{.kind = kind,
                   .algo = algo,
                   .dt = dt,
