@@ -202,14 +202,14 @@ void gather_small_blocks(Ctx& c, const void* in, void* out, Off off, Len len, in
   if (leaf) return small_publish_done(c, s);
   small_publish(c, s);
   copy_bytes(u8(out) + off(r), in, len(r));
-  size_t read = 0;
+  size_t written = 0;  // the most a peer wrote
   for (int j = 0; j < p; ++j) {
     if (j == r) continue;
     if (root >= 0) small_read_ahead(c, j, s);
     copy_bytes(u8(out) + off(j), small_wait(c, j, s, len(j)), len(j));
-    read = std::max(read, len(j));
+    written = std::max(written, len(j));
   }
-  small_done(c, s, read);
+  small_done(c, s, written);
 }
 }  // namespace
 

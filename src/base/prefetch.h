@@ -1,7 +1,8 @@
-// Prefetches for a store: the lines of [p, p + bytes), p at a line's start, come into this
-// core's cache in a state it may write, so that a store to them later does not wait, in the store buffer, for another core
-// to give a line up (and every store behind it with it). A hint: nothing where the CPU lacks the
-// instruction (x86's PREFETCHW: CPUID 0x80000001, ECX bit 8, read once when the library loads).
+// Prefetches for a store: the lines of [p, p + bytes), p at a line's start, come into this core's
+// cache in a state it may write, so that a store to them later does not wait, in the store
+// buffer, for another core to give a line up (and every store behind it with it). A hint: nothing
+// where the CPU lacks the instruction (x86's PREFETCHW: CPUID 0x80000001, ECX bit 8, read once
+// when the library loads).
 #pragma once
 #include <cstddef>
 
