@@ -232,17 +232,20 @@ void small_done(Ctx& c, const Small& s, size_t written);
 // (a broadcast's root, a reduce's other ranks, a chunked op's begin()): the peers are woken once
 // for both.
 void small_publish_done(Ctx& c, const Small& s);
-// Waits until cond() holds, polling briefly before ShmGroup::wait (which reads the clock, sleeps,
-// and fails on a dead or aborted `peer`, every peer when -1, or at the deadline). A writer of what
-// cond() reads wakes the sleepers after it (ShmGroup::ring_peers).
+// Waits until cond() holds, polling briefly before ShmGroup::wait (which reads the clock, yields
+// or sleeps, and fails on a dead or aborted `peer`, every peer when -1, or at the deadline); where
+// ranks share cores, without the brief polls (ShmGroup::shares_cores). A writer of what cond()
+// reads wakes the sleepers after it (ShmGroup::ring_peers).
 inline constexpr int kQuickPolls = 32;
 template <class F>
 void wait_for(Ctx& c, F cond, int peer) {
-  for (int i = 0; i < kQuickPolls; ++i) {
-    if (cond()) return;
-    cpu_relax();
-  }
-  if (!cond()) c.shm()->wait([](void* f) { return (*static_cast<F*>(f))(); }, &cond, peer);
+  if (cond()) return;
+  if (!c.shm()->shares_cores())
+    for (int i = 0; i < kQuickPolls; ++i) {
+      cpu_relax();
+      if (cond()) return;
+    }
+  c.shm()->wait([](void* f) { return (*static_cast<F*>(f))(); }, &cond, peer);
 }
 // One pointer per rank (an op's sources for reduce_many), on the stack up to kStackRanks ranks:
 // a vector on the heap cost a small op as much as its data path.

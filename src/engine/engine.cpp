@@ -331,7 +331,9 @@ void Engine::wait_loop(std::vector<int> waiting_for, bool (*done)(void*), void* 
       spin_start = Clock::now();
       continue;
     }
-    if (++polls % kPollsPerClockRead != 0) {  // the answer is often a few polls away
+    // The answer is often a few polls away; a waiter that yields at once (ranks share cores)
+    // reads the clock every time, as a yield costs far more.
+    if (spin_.count() > 0 && ++polls % kPollsPerClockRead != 0) {
       cpu_relax();
       continue;
     }

@@ -43,6 +43,9 @@ class ShmGroup {
   // The fewest CPUs online any rank's host reported when its segment was made: the same number
   // on every rank, for choices the ranks must agree on (whether each rank has a core of its own).
   virtual int cores() const = 0;
+  // Whether the group's ranks outnumber cores(). Then a rank that waits hands its core over at
+  // once rather than polling first: the rank it waits for may be queued behind it on that core.
+  virtual bool shares_cores() const = 0;
   // Copies n bytes at `remote`, an address in rank r's process, into `local`, by one copy in the
   // kernel. Only where single_copy(); r keeps that memory unchanged until this rank says it is
   // done (a barrier). Throws PeerError if r is gone.

@@ -53,8 +53,9 @@ void ShmGroupImpl::complete() {
     return true;
   };
   // Peers on other cores arrive within a few polls; the engine's wait (clock, links, the list
-  // of late peers) is for the others.
-  for (int i = 0; i < kQuickPolls && !arrived(); ++i) cpu_relax();
+  // of late peers) is for the others, and for every wait where ranks share cores.
+  if (!shares_cores())
+    for (int i = 0; i < kQuickPolls && !arrived(); ++i) cpu_relax();
   if (!arrived()) {
     std::vector<int> late;
     for (int r : others_)
