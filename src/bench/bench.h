@@ -147,11 +147,13 @@ std::string mpirun_path();       // the mpirun found at build time
 
 // The machine's limits (--floors, floors.cpp): B, memory bandwidth of a copy with one thread per
 // core (bytes read + written per second, all threads); the cache-line round trip between two cores
-// (0 where only one core is allowed).
+// (0 where only one core is allowed); the time for one process to hand its core to another
+// (sched_yield between two processes pinned to one core).
 struct Floors {
   double bw_bytes_per_s = 0;
   int bw_threads = 0;
   double rtt_ns = 0;
+  double handover_ns = 0;
 };
 Floors measure_floors();  // takes ~2 s; run by the launcher before it starts the ranks
 std::string floors_env(const Floors& f);  // "SHOAL_BENCH_FLOORS=..." for the ranks

@@ -9,8 +9,13 @@
 // - Cache-line round trip: two threads on two cores pass one cache line back and forth (each
 //   waits for the other's write, then writes); the median over rounds of the time per round trip.
 //   A small collective needs at least one: a rank's data reaches a peer in a line the peer reads.
+// - Core hand-over: two processes pinned to one core each yield it to the other (sched_yield); the
+//   time per hand-over, the median over rounds. Where ranks outnumber cores, every rank must run
+//   in every collective: a small op costs at least (ranks per core) hand-overs.
 #include <pthread.h>
 #include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -106,6 +111,28 @@ double cacheline_round_trip_ns(int cpu_a, int cpu_b) {
   return ns[ns.size() / 2];
 }
 
+double core_handover_ns(int cpu) {
+  constexpr int kYields = 20000, kRounds = 5;
+  pin(cpu);  // the child inherits it
+  std::vector<double> ns;
+  for (int round = 0; round < kRounds; ++round) {
+    const pid_t child = fork();
+    if (child == 0) {
+      for (int i = 0; i < 2 * kYields; ++i) sched_yield();  // outlasts the parent's timed loop
+      _exit(0);
+    }
+    if (child < 0) return 0;
+    sched_yield();  // the child runs once before the clock starts
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kYields; ++i) sched_yield();  // each lets the child run: two hand-overs
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    waitpid(child, nullptr, 0);
+    ns.push_back(s * 1e9 / (2.0 * kYields));
+  }
+  std::sort(ns.begin(), ns.end());
+  return ns[ns.size() / 2];
+}
+
 }  // namespace
 
 Floors measure_floors() {
@@ -116,13 +143,15 @@ Floors measure_floors() {
   f.bw_threads = std::max<int>(1, static_cast<int>(cpus.size()));
   f.bw_bytes_per_s = copy_bandwidth(f.bw_threads);
   if (cpus.size() >= 2) f.rtt_ns = cacheline_round_trip_ns(cpus[0], cpus[1]);
+  if (!cpus.empty()) f.handover_ns = core_handover_ns(cpus[0]);
   if (have_saved) sched_setaffinity(0, sizeof saved, &saved);
   return f;
 }
 
 std::string floors_env(const Floors& f) {
   char buf[128];
-  std::snprintf(buf, sizeof buf, "SHOAL_BENCH_FLOORS=%.6g,%d,%.6g", f.bw_bytes_per_s, f.bw_threads, f.rtt_ns);
+  std::snprintf(buf, sizeof buf, "SHOAL_BENCH_FLOORS=%.6g,%d,%.6g,%.6g", f.bw_bytes_per_s, f.bw_threads, f.rtt_ns,
+                f.handover_ns);
   return buf;
 }
 
@@ -136,7 +165,8 @@ double over_round_trip(double us, const Floors& f) { return f.rtt_ns > 0 ? us * 
 std::optional<Floors> floors_from_env() {
   const char* s = std::getenv("SHOAL_BENCH_FLOORS");
   Floors f;
-  if (!s || std::sscanf(s, "%lf,%d,%lf", &f.bw_bytes_per_s, &f.bw_threads, &f.rtt_ns) != 3) return std::nullopt;
+  if (!s || std::sscanf(s, "%lf,%d,%lf,%lf", &f.bw_bytes_per_s, &f.bw_threads, &f.rtt_ns, &f.handover_ns) != 4)
+    return std::nullopt;
   return f;
 }
 

@@ -196,6 +196,9 @@ class Printer {
                   floors_->bw_bytes_per_s / 1e9, floors_->bw_threads);
       if (floors_->rtt_ns > 0) std::printf("cache-line round trip between two cores = %.0f ns\n", floors_->rtt_ns);
       else std::printf("cache-line round trip: not measured (one core allowed)\n");
+      std::printf("# floors: one process hands its core to another (sched_yield) in %.0f ns; with ranks sharing cores "
+                  "a small op costs at least (ranks per core) hand-overs\n",
+                  floors_->handover_ns);
       std::printf("# t/mem: shoal's time over the memory floor 2*p*n/B (allreduce); t/rtt: over the round trip\n");
     }
     std::printf("#\n");
@@ -334,7 +337,8 @@ void write_json(const Config& cfg, int p, const std::string& transport_used, con
   if (floors)
     f << "  \"floors\": {\"memory_bw_GBps\": " << json_num(floors->bw_bytes_per_s / 1e9)
       << ", \"memory_bw_threads\": " << floors->bw_threads
-      << ", \"cacheline_rtt_ns\": " << (floors->rtt_ns > 0 ? json_num(floors->rtt_ns) : "null") << "},\n";
+      << ", \"cacheline_rtt_ns\": " << (floors->rtt_ns > 0 ? json_num(floors->rtt_ns) : "null")
+      << ", \"core_handover_ns\": " << json_num(floors->handover_ns) << "},\n";
   for (size_t b = 1; b < be.names.size(); ++b)
     f << "  \"" << be.names[b] << "\": \"" << json_escape(be.lines[b]) << "\",\n";
   if (!be.notes.empty()) {

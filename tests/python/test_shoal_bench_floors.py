@@ -1,5 +1,6 @@
-"""build/shoal-bench --floors: the machine's memory bandwidth and cache-line round trip, measured
-before the ranks start, and each row's time over them, in the table and the JSON."""
+"""build/shoal-bench --floors: the machine's memory bandwidth, cache-line round trip and core
+hand-over, measured before the ranks start, and each row's time over them, in the table and the
+JSON."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ def test_allreduce_against_both_floors(tmp_path):
     # between two cores takes between 10 ns and 1 ms (a loaded VM included).
     assert 0.5 < fl["memory_bw_GBps"] < 10000 and fl["memory_bw_threads"] == len(os.sched_getaffinity(0))
     assert 10 < fl["cacheline_rtt_ns"] < 1e6
+    # A process switch costs at least tens of ns and, on a loaded VM, under 10 ms.
+    assert 20 < fl["core_handover_ns"] < 1e7 and "hands its core to another" in out
     assert "# floors: memory bandwidth B =" in out and "t/mem" in out and "t/rtt" in out
     assert [x["bytes"] for x in res["rows"]] == [8, 4096, 2097152]
     for x in res["rows"]:
@@ -43,6 +46,7 @@ def test_other_ops_have_no_memory_floor_and_one_core_no_round_trip(tmp_path):
     out, res = bench(tmp_path, "broadcast", "-n", "2", "-b", "4K", "-e", "4K", "--iters", "20",
                      prefix=("taskset", "-c", str(min(os.sched_getaffinity(0)))))
     assert res["floors"]["cacheline_rtt_ns"] is None and res["floors"]["memory_bw_threads"] == 1
+    assert 20 < res["floors"]["core_handover_ns"] < 1e7  # one core is enough for the hand-over
     assert "not measured (one core allowed)" in out
     (x,) = res["rows"]
     assert x["shoal_us"] > 0 and x["shoal_over_mem_floor"] is None and x["shoal_over_rtt"] is None
