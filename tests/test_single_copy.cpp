@@ -418,3 +418,146 @@ TEST_P(SingleCopyGather, MatchesTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, SingleCopyGather, way_values(), way_name);
+
+namespace {
+
+// A scatter's or gather's single copy waits one way (begin_rooted_single): the others wait for
+// the root's head alone, the root for their copies, with no barrier. A rank whose call differs
+// (its root, its count, its op) still fails every rank with PeerError within the timeout, never
+// a hang or a wrong result: the others check the root's head, the root every other's.
+struct RootedMismatch {
+  const char* name;
+  // This rank's call; `odd`: the last rank, whose call differs.
+  void (*run)(Communicator& c, bool odd, size_t count);
+};
+void scatter_from(Communicator& c, int root, size_t count) {
+  std::vector<float> in(c.rank() == root ? count * c.size() : 0, 1.0f), out(count, 0.0f);
+  c.scatter(in.data(), out.data(), count, DType::f32, root)->wait();
+}
+void gather_to(Communicator& c, int root, size_t count) {
+  std::vector<float> in(count, 1.0f), out(c.rank() == root ? count * c.size() : 0, 0.0f);
+  c.gather(in.data(), out.data(), count, DType::f32, root)->wait();
+}
+constexpr RootedMismatch kRootedMismatches[] = {
+    {"scatter_root", [](Communicator& c, bool odd, size_t count) { scatter_from(c, odd ? 1 : 0, count); }},
+    {"scatter_count", [](Communicator& c, bool odd, size_t count) { scatter_from(c, 0, odd ? count + 16 : count); }},
+    {"gather_root", [](Communicator& c, bool odd, size_t count) { gather_to(c, odd ? 1 : 0, count); }},
+    {"root_gathers_where_the_others_scatter",  // the last rank is the root of both
+     [](Communicator& c, bool odd, size_t count) {
+       if (odd) gather_to(c, c.size() - 1, count);
+       else scatter_from(c, c.size() - 1, count);
+     }},
+    {"leaf_calls_allreduce",
+     [](Communicator& c, bool odd, size_t count) {
+       if (!odd) return gather_to(c, 0, count);
+       std::vector<float> a(count, 1.0f), b(count, 0.0f);
+       c.allreduce(a.data(), b.data(), count, DType::f32, ReduceOp::sum)->wait();
+     }},
+    {"root_calls_broadcast",  // chunked, with barriers, where the others scatter
+     [](Communicator& c, bool odd, size_t count) {
+       if (!odd) return scatter_from(c, c.size() - 1, count);
+       std::vector<float> a(count, 1.0f);
+       c.broadcast(a.data(), count, DType::f32, c.size() - 1)->wait();
+     }},
+};
+
+class RootedSingleCopyMismatched : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(RootedSingleCopyMismatched, EveryRankGetsAnError) {
+  if (!kernel_permits_cma()) GTEST_SKIP() << "the kernel does not permit single copy here";
+  const auto& [which, n] = GetParam();
+  const RootedMismatch mm = kRootedMismatches[which];
+  constexpr double kTimeout = 3.0;
+  RunConfig cfg = timed_config("shm", std::chrono::milliseconds(int(kTimeout * 1000)), std::chrono::seconds(40));
+  cfg.env.push_back({"SHOAL_CMA", "1"});
+  cfg.env.push_back({"SHOAL_DIRECT_SCATTER", "single_copy"});
+  cfg.env.push_back({"SHOAL_DIRECT_GATHER", "single_copy"});
+  auto res = run_ranks_outcomes(n, cfg, [mm](Communicator& c) {
+    mark_time();
+    mm.run(c, c.rank() == c.size() - 1, (size_t(256) << 10) / sizeof(float));
+    c.barrier()->wait();  // a rank whose part finished fails here, once a peer has failed
+    SH_CHECK(false) << "the mismatched op and a barrier after it both succeeded on rank " << c.rank();
+  });
+  for (const auto& o : res.ranks) {
+    SCOPED_TRACE("rank " + std::to_string(o.rank));
+    EXPECT_FALSE(o.hung) << res.describe();
+    EXPECT_EQ(o.error_kind, "PeerError") << res.describe();
+    EXPECT_LT(o.fail_seconds, kTimeout + 3.0) << res.describe();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, RootedSingleCopyMismatched,
+                         ::testing::Combine(::testing::Range(0, int(std::size(kRootedMismatches))), ::testing::Values(3, 5)),
+                         [](const auto& i) {
+                           return std::string(kRootedMismatches[std::get<0>(i.param)].name) + "_n" +
+                                  std::to_string(std::get<1>(i.param));
+                         });
+
+// Single-copy scatters and gathers, which wait one way and take no chunked number, between
+// chunked ops that end without a closing barrier (an odd number of chunks: the next chunked op's
+// first barrier covers their last slot) and small ops, ranks out of step: the chunked op after
+// the single copy must not write a slot a slow peer still reads from the one before (slot_of,
+// end). Every result against values computed here, at 3, 4 and 8 ranks.
+class RootedSingleCopyBetweenChunkedOps : public ::testing::TestWithParam<int> {};
+
+TEST_P(RootedSingleCopyBetweenChunkedOps, MatchTheReference) {
+  RunConfig cfg = with_cma("shm", "1");
+  cfg.env.push_back({"SHOAL_DIRECT_SCATTER", "single_copy"});
+  cfg.env.push_back({"SHOAL_DIRECT_GATHER", "single_copy"});
+  cfg.env.push_back({"SHOAL_DIRECT_BROADCAST", "scratch"});
+  cfg.env.push_back({"SHOAL_DIRECT_ALLGATHER", "scratch"});
+  // Small slots: a 300 KiB op takes several chunks, odd and even counts of them.
+  cfg.env.push_back({"SHOAL_SHM_SCRATCH", std::to_string((256 << 10) + algo::direct::kHeaderBytes + algo::direct::kSmallArea)});
+  run_ranks(GetParam(), cfg, [](Communicator& c) {
+    std::mt19937 rng(31 + c.rank());
+    const int p = c.size(), me = c.rank();
+    std::vector<float> in, out;
+    for (int iter = 0; iter < (kSanitized ? 16 : 48); ++iter) {
+      const int root = (iter / 4) % p;
+      const size_t count = (size_t(100) << 10) / sizeof(float) * (1 + iter % 3) + iter;  // 100-300 KiB, odd
+      auto val = [&](int r, size_t i) SHOAL_TEST_REFERENCE { return static_cast<float>((r + 1) * 1000 + iter + static_cast<int>(i % 37)); };
+      if (rng() % 2 == 0) usleep(rng() % 300);
+      switch (iter % 4) {
+        case 0: {  // chunked allgather: every rank reads every slot
+          in.resize(count);
+          for (size_t i = 0; i < count; ++i) in[i] = val(me, i);
+          out.assign(count * p, -1);
+          c.allgather(in.data(), out.data(), count, DType::f32)->wait();
+          for (int r = 0; r < p; ++r)
+            for (size_t i = 0; i < count; ++i) SH_CHECK(out[r * count + i] == val(r, i)) << "allgather iter " << iter << " block " << r << " i " << i;
+          break;
+        }
+        case 1: {  // scatter by single copy
+          in.assign(me == root ? count * p : 0, -1);
+          for (size_t i = 0; i < in.size(); ++i) in[i] = val(root, i);
+          out.assign(count, -1);
+          c.scatter(in.data(), out.data(), count, DType::f32, root)->wait();
+          for (size_t i = 0; i < count; ++i) SH_CHECK(out[i] == val(root, me * count + i)) << "scatter iter " << iter << " i " << i;
+          break;
+        }
+        case 2: {  // chunked broadcast, then a gather by single copy at once
+          out.assign(count, -1);
+          if (me == root)
+            for (size_t i = 0; i < count; ++i) out[i] = val(root, i);
+          c.broadcast(out.data(), count, DType::f32, root)->wait();
+          for (size_t i = 0; i < count; ++i) SH_CHECK(out[i] == val(root, i)) << "broadcast iter " << iter << " i " << i;
+          in.resize(count);
+          for (size_t i = 0; i < count; ++i) in[i] = val(me, i);
+          out.assign(me == root ? count * p : 0, -1);
+          c.gather(in.data(), out.data(), count, DType::f32, root)->wait();
+          for (size_t i = 0; i < out.size(); ++i) SH_CHECK(out[i] == val(static_cast<int>(i / count), i % count)) << "gather iter " << iter << " i " << i;
+          break;
+        }
+        default: {  // a small allreduce
+          float x = static_cast<float>(me + iter), sum = 0;
+          c.allreduce(&x, &sum, 1, DType::f32, ReduceOp::sum)->wait();
+          SH_CHECK(sum == static_cast<float>(p * iter + p * (p - 1) / 2)) << "allreduce iter " << iter;
+        }
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(All, RootedSingleCopyBetweenChunkedOps, ::testing::Values(3, 4, 8));
+
+}  // namespace

@@ -8,8 +8,9 @@
 //
 // Gather: the same with only the root copying out, its own block straight into its output and not
 // through its scratch: (N + 1)·α + (p-1)/p·n·β at the root. By single
-// copy, where the group may and the measured costs say so (cost.h): 2·α + n/p·β' (β' = a
-// process_vm_writev per byte), every rank writing its block into the root's output at once.
+// copy, where the group may and the measured costs say so (cost.h): n/p·β' (β' = a
+// process_vm_writev per byte), every rank writing its block into the root's output at once, each
+// waiting for the root alone and the root for their copies (begin_rooted_single).
 //
 // Pipeline: piece m (bytes [m·chunk, (m+1)·chunk) of each block) goes through slot m % 2 of its
 // owner; phase m (between barriers m and m+1) copies piece m of the own block in and piece m-1
@@ -36,10 +37,10 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
     // The root's own block, out of the writers' way (the others' out may be null).
     uint8_t* own = r == root ? u8(out) + b.off[r] : nullptr;
     const void* mine = r == root && in != own ? apart_from_out(c, in, b.len[r], out, b.total()) : in;
-    begin_single(c, sig, r == root ? out : nullptr);
+    const Small sm = begin_rooted_single(c, sig, root, out);
     if (r != root) g.write(root, in, const_cast<uint8_t*>(peer_buffer(c, root)) + b.off[r], b.len[r]);
     if (r == root && mine != own) copy_bytes(own, mine, b.len[r]);
-    return end_single(c);
+    return end_rooted_single(c, sm, root);
   }
   // allgather at 2 ranks: each reads the other's input, where the measured costs say that beats
   // the scratch (cost.h, Choice::allgather; measured at 2 ranks only).

@@ -10,8 +10,9 @@
 //
 // Scatter cost: (N + 1)·α + 2·(p-1)/p·n·β (n = size·count·esize): the root copies every other
 // rank's block (a piece of each per chunk) into its scratch, barrier, each rank copies its own.
-// By single copy, where the group may and the measured costs say so (cost.h): 2·α + n/p·β' per
-// reader (β' = a process_vm_readv per byte), the readers in parallel.
+// By single copy, where the group may and the measured costs say so (cost.h): n/p·β' per reader
+// (β' = a process_vm_readv per byte), the readers in parallel, each waiting for the root alone
+// and the root for their copies (begin_rooted_single).
 //
 // Pipeline: chunk m goes through the root's slot m % 2; phase m (between barriers m and m+1)
 // copies chunk m in and chunk m-1 out. A slot written in phase m is read in phase m+1 and only
@@ -79,10 +80,10 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
   const bool copy_own = r == root && out != own;
   const bool own_last = copy_own && overlaps(out, bs, in, bs * static_cast<size_t>(p));
   if (g.single_copy() && c.ways().single_copy(Choice::scatter, bs * static_cast<size_t>(p), p)) {
-    begin_single(c, s.value(), in);
+    const Small sm = begin_rooted_single(c, s.value(), root, in);
     if (r != root) g.read(root, peer_buffer(c, root) + static_cast<size_t>(r) * bs, out, bs);
     if (copy_own && !own_last) copy_bytes(out, own, bs);
-    end_single(c);
+    end_rooted_single(c, sm, root);
     if (own_last) std::memmove(out, own, bs);
     return;
   }

@@ -63,7 +63,37 @@ namespace {
 std::atomic<uint64_t>& progress_word(ShmGroup& g, int r) {
   return *reinterpret_cast<std::atomic<uint64_t>*>(header(g, r) + 9);
 }
+std::atomic<uint64_t>& copied_word(ShmGroup& g, int r) {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(header(g, r) + 10);
+}
 }  // namespace
+
+Small begin_rooted_single(Ctx& c, uint64_t sig, int root, const void* mine) {
+  const Small s = small_begin(c, hash_mix(sig, kSingleCopyToken), 0, c.rank == root);
+  // Published by the head's release (small_publish_done); no rank reads this word before it
+  // has seen that head.
+  if (c.rank == root) __atomic_store_n(&header(*c.shm(), c.rank)[5], reinterpret_cast<uintptr_t>(mine), __ATOMIC_RELAXED);
+  // No rank reads a peer's slot data here; the head is all a peer checks.
+  small_publish_done(c, s);
+  if (c.rank != root) small_wait(c, root, s, 0);
+  return s;
+}
+
+void end_rooted_single(Ctx& c, const Small& s, int root) {
+  ShmGroup& g = *c.shm();
+  if (c.rank != root) {
+    copied_word(g, c.rank).store(s.n, std::memory_order_release);
+    g.ring_peers();
+    return;
+  }
+  for (int j = 0; j < c.size; ++j) {
+    if (j == root) continue;
+    std::atomic<uint64_t>& w = copied_word(g, j);
+    auto copied = [&] { return w.load(std::memory_order_acquire) >= s.n; };
+    wait_for(c, [&] { return copied() || small_other_call(c, j, s); }, j);
+    if (!copied()) small_mismatch(c, j);
+  }
+}
 
 // The chunked number leads: every value of an op is above every value of the ops before it,
 // compared modulo 2^64 (wait_progress).

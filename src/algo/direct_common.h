@@ -13,7 +13,8 @@
 //                       of kSmallBytes
 //   [.., end)           data: two slots of slot_bytes() each, used alternately by chunk
 // Word 5 of the header is the address of the buffer a single-copy op lets its peers read or
-// write (published; begin_single).
+// write (published; begin_single), and word 10, on the line of words 8 and 9, the number of the
+// last rooted single-copy op whose copy this rank has made (published; begin_rooted_single).
 //
 // Mismatch check. Direct algorithms move no framed messages, so the framing cannot catch ranks
 // that called different ops or counts (which would read a peer's scratch out of bounds or out of
@@ -200,6 +201,17 @@ void wait_progress(Ctx& c, int j, uint64_t v);
 void begin_single(Ctx& c, uint64_t sig, const void* mine);
 const uint8_t* peer_buffer(Ctx& c, int j);
 inline void end_single(Ctx& c) { c.shm()->barrier(); }
+// A rooted single-copy op (scatter, gather: only the root's buffer is shared) waits one way, with
+// no barrier. The root publishes its buffer's address (word 5) with its op's head; each other
+// rank waits for that head alone (small_wait: the same call), copies, and says so in its header's
+// word 10 (the op's number); the root waits for that from each of them (and fails on a head that
+// says another call). So the others wait for no one but the root, and the root for nothing but
+// their copies: with ranks sharing cores, a barrier's every rank taking a turn before any leaves
+// is paid by the root alone. The root rewrites word 5 only in a later op, after every rank's
+// copy. The op takes no chunked number and touches no slot, so the chunked ops around it keep
+// their reuse rule (slot_of, end) as if it were not there.
+Small begin_rooted_single(Ctx& c, uint64_t sig, int root, const void* mine);
+void end_rooted_single(Ctx& c, const Small& s, int root);
 
 // ---- Small ops: no barrier (direct_small.cpp) ----------------------------------------------------
 //
@@ -221,6 +233,10 @@ void small_publish(Ctx& c, const Small& s);
 // Waits until rank j has published op `s` (PeerError if it published another call); returns its
 // data, of which j wrote `bytes` (every reader knows how much: the op's arguments say).
 const uint8_t* small_wait(Ctx& c, int j, const Small& s, size_t bytes);
+// Whether rank j's head for op `s` says j is in another call (published with another number or
+// token); small_mismatch fails the op on j for it (PeerError).
+bool small_other_call(Ctx& c, int j, const Small& s);
+[[noreturn]] void small_mismatch(Ctx& c, int j);
 void small_wait_all(Ctx& c, const Small& s);  // every other rank
 // Before waiting for rank j in a rooted op: starts loading j's next heads.
 void small_read_ahead(Ctx& c, int j, const Small& s);

@@ -121,10 +121,19 @@ const uint8_t* small_wait(Ctx& c, int j, const Small& s, size_t bytes) {
   ShmGroup& g = *c.shm();
   SlotHead& hd = head(g, j, s.n);
   wait_for(c, [&] { return hd.n.load(std::memory_order_acquire) >= s.n; }, j);
-  if (hd.n.load(std::memory_order_acquire) != s.n || hd.tok != s.tok)
-    c.engine().fail_mismatch(j, std::string(c.what) + ": rank " + std::to_string(j) + " is in a different call than rank " +
-                                       std::to_string(c.rank) + " (over shared memory): mismatched ops across ranks");
+  if (small_other_call(c, j, s)) small_mismatch(c, j);
   return slot_data(g, j, s.n, bytes);
+}
+
+bool small_other_call(Ctx& c, int j, const Small& s) {
+  SlotHead& hd = head(*c.shm(), j, s.n);
+  const uint64_t n = hd.n.load(std::memory_order_acquire);
+  return n >= s.n && (n != s.n || hd.tok != s.tok);
+}
+
+void small_mismatch(Ctx& c, int j) {
+  c.engine().fail_mismatch(j, std::string(c.what) + ": rank " + std::to_string(j) + " is in a different call than rank " +
+                                     std::to_string(c.rank) + " (over shared memory): mismatched ops across ranks");
 }
 
 // For a rank that reads what rank j writes and j reads nothing back (a rooted op): j tends to run
