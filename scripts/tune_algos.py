@@ -248,7 +248,8 @@ def table(title, names, res, sizes):
 
 def emit(lines, out):
     """Prints `lines` and adds them to the file `out`, where they replace the lines of the same
-    switch or point (a file has one of each)."""
+    switch or point (a file has one of each); in a built-in points file (src/algo/cost_points*.inc:
+    a C++ raw string), before its closing `)"`."""
     print("\n".join(lines))
     if not out:
         return
@@ -260,8 +261,13 @@ def emit(lines, out):
     if os.path.exists(out):
         with open(out) as f:
             old = [x.rstrip("\n") for x in f if not (x.split() and x.split()[0] in ("switch", "direct") and key(x) in new)]
+    tail = []
+    while old and old[-1].strip() in ("", ')"'):
+        tail.insert(0, old.pop())
+    if ')"' not in [x.strip() for x in tail]:
+        tail = []
     with open(out, "w") as f:
-        f.write("\n".join(old + lines) + "\n")
+        f.write("\n".join(old + lines + tail) + "\n")
 
 
 def tune_hier(a):

@@ -86,6 +86,15 @@ def test_emit_replaces_the_same_lines_and_keeps_the_rest(tmp_path, capsys):
     assert "switch gather.mst_below@4 65536" in capsys.readouterr().out
 
 
+def test_emit_into_a_built_in_points_file_stays_inside_its_raw_string(tmp_path):
+    # src/algo/cost_points*.inc are C++ raw strings: new points go before the closing `)"`.
+    f = tmp_path / "points.inc"
+    f.write_text('// comment\nR"(\ndirect scatter 2 16384 1 2 3 4\ndirect gather 2 16384 1 2 3 4\n)"\n')
+    ta.emit(["# tuned again", "direct scatter 2 16384 5 6 7 8"], str(f))
+    assert f.read_text().splitlines() == ["// comment", 'R"(', "direct gather 2 16384 1 2 3 4", "# tuned again",
+                                          "direct scatter 2 16384 5 6 7 8", ')"']
+
+
 @pytest.mark.skipif(not os.path.exists(BENCH), reason="build/shoal-bench is not built (make build)")
 @pytest.mark.parametrize("at, want", [(1 << 30, "mst"), (0, "bde")])
 def test_the_library_follows_what_the_tune_writes(tmp_path, at, want):
