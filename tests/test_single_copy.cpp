@@ -220,7 +220,7 @@ TEST(SingleCopy, NoWriteLandsInTheRootAfterItsFailedGatherReturns) {
 // alltoall through the scratch (SHOAL_DIRECT_ALLTOALL=scratch: the measured costs may take the
 // rings at these sizes) writes each block straight into its peer's output (direct_alltoall.cpp):
 // with the AMD points for blocks of 64 KiB - 1 MiB where every rank has a core of its own; with
-// the Intel ones for blocks from 4 KiB where it does, from 64 KiB where ranks share cores. Block
+// the Intel ones for blocks from 4 KiB where it does, from 32 KiB where ranks share cores. Block
 // sizes at and around the bounds, odd ones, a large one, in place, ranks out of step, with single
 // copy on and off, with each CPU's points; compared against values computed here.
 class SingleCopyAlltoall : public ::testing::TestWithParam<std::tuple<int, const char*, const char*>> {};
@@ -234,11 +234,12 @@ TEST_P(SingleCopyAlltoall, MatchesTheReference) {
     std::mt19937 rng(11 + c.rank());
     const int p = c.size(), me = c.rank();
     const size_t kib = 1024 / sizeof(float);
-    const size_t counts[] = {4 * kib - 1, 4 * kib + 3, 64 * kib - 1, 64 * kib, 200 * kib + 3, 1024 * kib, 1024 * kib + 1, 3 * 1024 * kib + 5};
+    const size_t counts[] = {4 * kib - 1, 4 * kib + 3, 32 * kib - 1, 32 * kib, 64 * kib - 1, 64 * kib, 200 * kib + 3,
+                             1024 * kib, 1024 * kib + 1, 3 * 1024 * kib + 5};
     std::vector<float> in, out;
-    for (int iter = 0; iter < 16; ++iter) {
-      const size_t count = counts[iter % 8];
-      const bool in_place = iter >= 8;
+    for (int iter = 0; iter < 20; ++iter) {
+      const size_t count = counts[iter % 10];
+      const bool in_place = iter >= 10;
       if (rng() % 3 == 0) usleep(rng() % 500);
       auto val = [&](int r, size_t i) SHOAL_TEST_REFERENCE { return static_cast<float>((r + 1) * 1000 + (iter + 1) * 7 + static_cast<int>(i % 13)); };
       in.resize(count * p);

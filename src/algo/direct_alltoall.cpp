@@ -16,14 +16,14 @@
 // Single copy (direct_common.h), where the kernel permits it and blocks are kSingleCopyMinBlock or
 // more (where the group's built-in points are AMD's: up to kSingleCopyMaxBlockAmd, every rank on a
 // core of its own; where they are Intel's: from kSingleCopyMinBlockOwnCores where every rank has a
-// core): 2·α + (p-1)·b·β' per rank (b = block bytes, β' = a process_vm_writev per byte). Each rank
+// core, from kSingleCopyMinBlockSharedCores where ranks share cores): 2·α + (p-1)·b·β' per rank (b = block bytes, β' = a process_vm_writev per byte). Each rank
 // writes its block for j straight into j's output, all p-1 writes of all ranks at once, with two
 // barriers in all. On the AMD EPYC a kernel copy costs more CPU per byte than a copy in user space
 // (BENCHMARKS.md, "alltoall by single copy"), so it pays only where the copies run in parallel on
 // cores of their own and where the pipeline's barriers weigh: there, with ranks sharing cores or
 // from 2 MiB blocks, the pipeline was as fast or faster. On the Intel Xeon the kernel's copy beats
 // the pipeline's two at every block size from 64 KiB, with ranks sharing cores too (BENCHMARKS.md,
-// "The built-in costs of an Intel Xeon"). Writing beats reading: the writer's block is in its own
+// "The built-in costs of an Intel Xeon"), and from 32 KiB with 6 ranks or more. Writing beats reading: the writer's block is in its own
 // cache (a producer just wrote it); a reader would fetch it from the writer's.
 #include <algorithm>
 
@@ -40,9 +40,12 @@ constexpr size_t kSingleCopyMaxBlockAmd = size_t(1) << 20;
 // Where the group's built-in points are Intel's and every rank has a core, from blocks this small:
 // at 2 ranks 16 KiB blocks took 2.8 µs against 4.0 by the pipeline, 32 KiB ones 4.2 against 5.6
 // (BENCHMARKS.md, "The built-in costs of an Intel Xeon"); the bound below, down to the small
-// protocol's, is extrapolated. With ranks sharing cores the pipeline stays ahead below
-// kSingleCopyMinBlock.
+// protocol's, is extrapolated.
 constexpr size_t kSingleCopyMinBlockOwnCores = size_t(4) << 10;
+// And where ranks share cores: at 32 KiB blocks single copy took 130 µs against the pipeline's
+// 158 at 8 ranks, 55 against 100 at 6, and tied at 3 and 4; at 16 KiB it tied at 8 ranks, and at
+// 8 KiB lost, 55 against 36 (BENCHMARKS.md, "alltoall by single copy from 32 KiB blocks").
+constexpr size_t kSingleCopyMinBlockSharedCores = size_t(32) << 10;
 
 // The same answer on every rank: the block size, the group's core count (ShmGroup::cores), and the
 // CPU of the group's built-in points (Ways::cpu, which the ranks of a host agree on: rendezvous).
@@ -50,7 +53,8 @@ bool use_single_copy_alltoall(Ctx& c, size_t block) {
   ShmGroup& g = *c.shm();
   if (!g.single_copy()) return false;
   const bool own_cores = c.size <= g.cores();
-  if (c.ways().cpu() == BuiltInCpu::intel) return block >= (own_cores ? kSingleCopyMinBlockOwnCores : kSingleCopyMinBlock);
+  if (c.ways().cpu() == BuiltInCpu::intel)
+    return block >= (own_cores ? kSingleCopyMinBlockOwnCores : kSingleCopyMinBlockSharedCores);
   return block >= kSingleCopyMinBlock && block <= kSingleCopyMaxBlockAmd && own_cores;
 }
 }  // namespace
