@@ -23,7 +23,8 @@
 // cores of their own and where the pipeline's barriers weigh: there, with ranks sharing cores or
 // from 2 MiB blocks, the pipeline was as fast or faster. On the Intel Xeon the kernel's copy beats
 // the pipeline's two at every block size from 64 KiB, with ranks sharing cores too (BENCHMARKS.md,
-// "The built-in costs of an Intel Xeon"), and from 32 KiB with 6 ranks or more. Writing beats reading: the writer's block is in its own
+// "The built-in costs of an Intel Xeon"), and from 32 KiB where ranks share cores (ahead at 6 ranks
+// or more, level at 3 and 4). Writing beats reading: the writer's block is in its own
 // cache (a producer just wrote it); a reader would fetch it from the writer's.
 #include <algorithm>
 

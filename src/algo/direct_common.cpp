@@ -70,12 +70,18 @@ std::atomic<uint64_t>& copied_word(ShmGroup& g, int r) {
 
 Small begin_rooted_single(Ctx& c, uint64_t sig, int root, const void* mine) {
   const Small s = small_begin(c, hash_mix(sig, kSingleCopyToken), 0, c.rank == root);
-  // Published by the head's release (small_publish_done); no rank reads this word before it
-  // has seen that head.
-  if (c.rank == root) __atomic_store_n(&header(*c.shm(), c.rank)[5], reinterpret_cast<uintptr_t>(mine), __ATOMIC_RELAXED);
-  // No rank reads a peer's slot data here; the head is all a peer checks.
+  if (c.rank == root) {
+    // Published by the head's release; no rank reads this word before it has seen that head.
+    __atomic_store_n(&header(*c.shm(), c.rank)[5], reinterpret_cast<uintptr_t>(mine), __ATOMIC_RELAXED);
+    // The root says it is done with this op's heads only once it has checked every peer's
+    // (end_rooted_single): until then no peer reuses the slot of the head it checks.
+    small_publish(c, s);
+    return s;
+  }
+  // No rank reads a peer's slot data here, and the root's head is read below, before this rank
+  // says it copied: only then may the root reuse that slot.
   small_publish_done(c, s);
-  if (c.rank != root) small_wait(c, root, s, 0);
+  small_wait(c, root, s, 0);
   return s;
 }
 
@@ -89,10 +95,14 @@ void end_rooted_single(Ctx& c, const Small& s, int root) {
   for (int j = 0; j < c.size; ++j) {
     if (j == root) continue;
     std::atomic<uint64_t>& w = copied_word(g, j);
-    auto copied = [&] { return w.load(std::memory_order_acquire) >= s.n; };
-    wait_for(c, [&] { return copied() || small_other_call(c, j, s); }, j);
-    if (!copied()) small_mismatch(c, j);
+    wait_for(c, [&] { return w.load(std::memory_order_acquire) >= s.n || small_other_call(c, j, s); }, j);
+    // Word 10 may already hold a later op's number: a rank that left this op early (a small
+    // op's leaf, in another call) copies in the next one before this root looks. Its head for
+    // this op, published before any later word 10 (so seen here after that acquire) and kept
+    // while this root has not said done, says which call it was in.
+    if (small_other_call(c, j, s)) small_mismatch(c, j);
   }
+  small_done(c, s, 0);
 }
 
 // The chunked number leads: every value of an op is above every value of the ops before it,

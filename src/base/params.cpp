@@ -135,7 +135,7 @@ const std::vector<Param> kParams = {
      "copy for broadcast, allgather, scatter and gather where the measured costs say (`SHOAL_TUNING`), and for "
      "alltoall's medium blocks where every rank has a core of its own, only if it does (`Communicator::single_copy()`; `BENCHMARKS.md`, \"Single-copy transfers\")",
      "`1`"},
-    {"SHOAL_SPIN_US", Kind::integer, 0, 1e7, nullptr, "how long a waiter polls before it sleeps (futex/epoll), µs. When ranks outnumber cores a waiter also skips the few quick polls before it, and yields after one look (`BENCHMARKS.md`, \"Ranks that share cores\")",
+    {"SHOAL_SPIN_US", Kind::integer, 0, 1e7, nullptr, "how long a waiter polls before it yields or sleeps (futex/epoll), µs: at 0 it yields or sleeps after one look. Where ranks outnumber cores the shared-memory waits also skip their few quick polls before it, whatever this says (`BENCHMARKS.md`, \"Ranks that share cores\")",
      "50, 0 when ranks outnumber cores"},
     {"SHOAL_YIELD_US", Kind::integer, 0, 1e7, nullptr,
      "after polling, how long a waiter yields its core (`sched_yield`) before it sleeps, µs, so a peer queued "

@@ -48,7 +48,8 @@ class ShmGroup {
   virtual bool shares_cores() const = 0;
   // Copies n bytes at `remote`, an address in rank r's process, into `local`, by one copy in the
   // kernel. Only where single_copy(); r keeps that memory unchanged until this rank says it is
-  // done (a barrier). Throws PeerError if r is gone.
+  // done (a barrier, or the op's own word) unless r fails its op. Throws PeerError if r is gone,
+  // or failed its op before the copy ended (its caller may have rewritten that memory since).
   virtual void read(int r, const void* remote, void* local, size_t n) = 0;
   // The other way: n bytes at `local` into `remote`, an address in rank r's process. Each piece
   // is written only while r is alive and not aborted (see quiesce_writes).

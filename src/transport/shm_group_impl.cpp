@@ -103,7 +103,10 @@ void ShmGroupImpl::transfer(int r, bool to_peer, uint8_t* local, uint8_t* remote
     const int e = to_peer ? cma::write(ctl_[r]->pid, local + off, remote + off, len)
                           : cma::read(ctl_[r]->pid, remote + off, local + off, len);
     if (to_peer) writing.store(0, std::memory_order_release);
-    if (e == 0) continue;
+    // A read that overlapped the peer's failing its op may hold bytes its caller wrote after
+    // getting the buffer back: the peer sets its state before that (Engine::abort), so a look
+    // after the read tells.
+    if (e == 0 && (to_peer || ctl_[r]->state_of(std::memory_order_seq_cst) == PeerState::alive)) continue;
     if (ctl_[r]->state_of() != PeerState::alive) waiter_.fail_peer(r, ctl_[r]->aborted_message(r));
     waiter_.fail_peer(r, std::string("single-copy ") + (to_peer ? "write" : "read") + " of " + std::to_string(n) +
                              " bytes with rank " + std::to_string(r) + " failed: " + std::strerror(e) +
