@@ -368,6 +368,21 @@ bool run_ranks(int n, const RunConfig& cfg, const RankFn& fn) {
   return all_ok;
 }
 
+void expect_every_rank_fails(int n, const RunConfig& cfg, std::chrono::milliseconds op_timeout, const RankFn& call) {
+  RunResult res = run_ranks_outcomes(n, cfg, [&](shoal::Communicator& c) {
+    mark_time();
+    call(c);
+    c.barrier()->wait();
+    SH_CHECK(false) << "the mismatched call and a barrier after it both succeeded on rank " << c.rank();
+  });
+  for (const auto& o : res.ranks) {
+    SCOPED_TRACE("rank " + std::to_string(o.rank));
+    EXPECT_FALSE(o.hung) << res.describe();
+    EXPECT_EQ(o.error_kind, "PeerError") << res.describe();
+    EXPECT_LT(o.fail_seconds, std::chrono::duration<double>(op_timeout).count() + 3.0) << res.describe();
+  }
+}
+
 bool run_ranks(int n, const Env& env, const RankFn& fn) {
   RunConfig cfg;
   cfg.env = env;

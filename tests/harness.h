@@ -95,6 +95,10 @@ using RankFn = std::function<void(shoal::Communicator&)>;
 
 // Runs fn on n ranks and returns every rank's outcome (for tests that expect failures).
 RunResult run_ranks_outcomes(int n, const RunConfig& cfg, const RankFn& fn);
+// A mismatched call: runs `call` on n ranks (the ranks' calls differ), then a barrier, and
+// expects every rank to fail with PeerError within the op timeout + 3 s of the call's start,
+// none hanging and none succeeding (a rank whose part of the call finished fails in the barrier).
+void expect_every_rank_fails(int n, const RunConfig& cfg, std::chrono::milliseconds op_timeout, const RankFn& call);
 
 // Runs fn on n ranks and fails the current gtest (ADD_FAILURE, with every failing rank's message
 // and which ranks hung) unless every rank succeeded. Returns whether all succeeded.
