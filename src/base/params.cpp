@@ -133,7 +133,7 @@ const std::vector<Param> kParams = {
      "With `1` a group probes, when it forms, whether the kernel lets every rank read every other's memory (the "
      "same user, Yama's `ptrace_scope` 0, no seccomp profile forbidding it: containers often do) and uses single "
      "copy for broadcast, allgather, scatter and gather where the measured costs say (`SHOAL_TUNING`), and for "
-     "alltoall's medium blocks where every rank has a core of its own, only if it does (`Communicator::single_copy()`; `BENCHMARKS.md`, \"Single-copy transfers\")",
+     "alltoall's blocks from a size that the CPU's built-in costs set (`docs/algorithms.md`), only if it does (`Communicator::single_copy()`; `BENCHMARKS.md`, \"Single-copy transfers\")",
      "`1`"},
     {"SHOAL_SPIN_US", Kind::integer, 0, 1e7, nullptr, "how long a waiter polls before it yields or sleeps (futex/epoll), µs: at 0 it yields or sleeps after one look. Where ranks outnumber cores the shared-memory waits also skip their few quick polls before it, whatever this says (`BENCHMARKS.md`, \"Ranks that share cores\")",
      "50, 0 when ranks outnumber cores"},
