@@ -204,12 +204,14 @@ inline void end_single(Ctx& c) { c.shm()->barrier(); }
 // A rooted single-copy op (scatter, gather: only the root's buffer is shared) waits one way, with
 // no barrier. The root publishes its buffer's address (word 5) with its op's head; each other
 // rank waits for that head alone (small_wait: the same call), copies, and says so in its header's
-// word 10 (the op's number); the root waits for that from each of them (and fails on a head that
-// says another call). So the others wait for no one but the root, and the root for nothing but
-// their copies: with ranks sharing cores, a barrier's every rank taking a turn before any leaves
-// is paid by the root alone. The root rewrites word 5 only in a later op, after every rank's
-// copy. The op takes no chunked number and touches no slot, so the chunked ops around it keep
-// their reuse rule (slot_of, end) as if it were not there.
+// word 10 (the op's number); the root waits for that from each of them, checks each one's head
+// for the op (a later op's word 10 may come from a rank that left this op early, in another
+// call), and says it is done with those heads only then. So the others wait for no one but the
+// root, and the root for nothing but their copies: with ranks sharing cores, a barrier's every
+// rank taking a turn before any leaves is paid by the root alone. The root rewrites word 5 only
+// in a later op, after every rank's copy. The op takes no chunked number and uses no data slot,
+// only its small head, so the chunked ops around it keep their reuse rule (slot_of, end) as if
+// it were not there.
 Small begin_rooted_single(Ctx& c, uint64_t sig, int root, const void* mine);
 void end_rooted_single(Ctx& c, const Small& s, int root);
 
