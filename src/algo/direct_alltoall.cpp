@@ -48,8 +48,9 @@ constexpr size_t kSingleCopyMinBlockOwnCores = size_t(4) << 10;
 // 8 KiB lost, 55 against 36 (BENCHMARKS.md, "alltoall by single copy from 32 KiB blocks").
 constexpr size_t kSingleCopyMinBlockSharedCores = size_t(32) << 10;
 
-// The same answer on every rank: the block size, whether ranks share cores (ShmGroup::shares_cores), and the
-// CPU of the group's built-in points (Ways::cpu, which the ranks of a host agree on: rendezvous).
+// The same answer on every rank: the block size, whether ranks share cores
+// (ShmGroup::shares_cores), and the CPU of the group's built-in points (Ways::cpu, which the ranks
+// of a host agree on: rendezvous).
 bool use_single_copy_alltoall(Ctx& c, size_t block) {
   ShmGroup& g = *c.shm();
   if (!g.single_copy()) return false;
