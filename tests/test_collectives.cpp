@@ -18,6 +18,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -1023,6 +1025,69 @@ TEST(CollectivesAsync, WhoRunsTheOp) {
         c.allreduce(v.data(), v.data(), v.size(), DType::i32, ReduceOp::sum)->wait();
         check_sum(v, k);
       }
+    });
+  }
+}
+
+// The idle progress thread looks at the queue on a tick that starts at 1 ms and doubles up to
+// 8 ms while it finds the queue empty (communicator.cpp, kTick and kMaxTick): callers that wait
+// for their ops at once leave it nothing, and each tick wakes it on a core a rank's op needs. Over
+// 400 ms of such calls it wakes (voluntary switches, /proc) far fewer times than 400, the count
+// at a steady 1 ms; and after them an op nobody waits for is still run, by that thread.
+TEST(CollectivesAsync, TheIdleProgressThreadTicksLessWhileCallersWaitAtOnce) {
+  for (const std::string transport : {"shm", "tcp"}) {
+    SCOPED_TRACE(transport);
+    RunConfig cfg = timed_config(transport, std::chrono::seconds(20), std::chrono::seconds(60), false);
+    run_ranks(2, cfg, [](Communicator& c) {
+      // This process's one communicator has one thread of that name.
+      std::string status_path;
+      for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+        std::ifstream comm(e.path() / "comm");
+        std::string name;
+        std::getline(comm, name);
+        if (name == "shoal-progress") {
+          SH_CHECK(status_path.empty()) << "two threads named shoal-progress";
+          status_path = e.path() / "status";
+        }
+      }
+      SH_CHECK(!status_path.empty()) << "no thread named shoal-progress";
+      auto switches = [&] {
+        std::ifstream f(status_path);
+        long total = 0;
+        for (std::string line; std::getline(f, line);)
+          if (line.rfind("voluntary_ctxt_switches:", 0) == 0) total += std::stol(line.substr(line.find(':') + 1));
+        return total;
+      };
+      std::vector<int32_t> v(256);
+      auto allreduce_at_once = [&](int k) {
+        std::fill(v.begin(), v.end(), k + c.rank());
+        c.allreduce(v.data(), v.data(), v.size(), DType::i32, ReduceOp::sum)->wait();
+        SH_CHECK(v[0] == 2 * k + 1 && v.back() == 2 * k + 1) << "got " << v[0] << " at op " << k;
+      };
+      int k = 0;
+      for (; k < 50; ++k) allreduce_at_once(k);
+      // Both ranks leave the loop after the same number of ops: rank 0 decides by its clock.
+      const long before = switches();
+      const double t0 = now_seconds();
+      for (bool more = true; more; ++k) {
+        allreduce_at_once(k);
+        int32_t go = c.rank() == 0 && now_seconds() - t0 < 0.4;
+        c.broadcast(&go, 1, DType::i32, 0)->wait();
+        more = go != 0;
+      }
+      const double secs = now_seconds() - t0;
+      const long wakes = switches() - before;
+      note("wakes=" + std::to_string(wakes) + " in " + std::to_string(secs) + " s, " + std::to_string(k) + " ops");
+      SH_CHECK(wakes < 200) << "the progress thread woke " << wakes << " times in " << secs << " s of ops waited for at once";
+
+      std::vector<int32_t> b(100, 10 + c.rank());
+      auto done = std::make_shared<std::atomic<bool>>(false);
+      auto wb = c.allreduce(b.data(), b.data(), b.size(), DType::i32, ReduceOp::sum);  // not waited for, nor tested
+      wb->on_complete([done] { *done = true; });
+      const double t1 = now_seconds();
+      while (!*done && now_seconds() - t1 < 10) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      SH_CHECK(*done) << "an op nobody waited for did not complete within 10 s after the loop";
+      SH_CHECK(b[0] == 21 && b.back() == 21) << "got " << b[0];
     });
   }
 }

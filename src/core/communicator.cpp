@@ -4,6 +4,8 @@
 // a receive issued back to back by two ranks cannot deadlock each other.
 #include "shoal/communicator.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <array>
 #include <condition_variable>
@@ -54,11 +56,14 @@ constexpr std::chrono::milliseconds kAbortPublishWait{500};
 constexpr size_t kMaxPublished = 4096;  // bytes of an abort reason published to the store
 
 // Collectives reach the progress thread lazily (Impl::submit says why). While ops were submitted
-// within kActiveFor, the idle progress thread looks at the queue every kTick, and takes a
+// within kActiveFor, the idle progress thread looks at the queue every tick, and takes a
 // collective it has seen first in the queue, unclaimed, for kClaimGrace; after kActiveFor without
 // a submit it sleeps until woken. (Only the progress thread reads the clock for this: a submit
-// does not.)
+// does not.) A tick starts at kTick and doubles, up to kMaxTick, while the ticks find the queue
+// empty, as they do when callers wait for their ops at once: each tick wakes the thread on a core
+// that a rank's op needs (BENCHMARKS.md, "The progress thread's ticks").
 constexpr std::chrono::microseconds kTick{1000};
+constexpr std::chrono::microseconds kMaxTick{8000};
 constexpr std::chrono::microseconds kClaimGrace{200};
 constexpr std::chrono::milliseconds kActiveFor{100};
 // How long a waiter progresses its p2p op itself while other ops are queued (run_claimed).
@@ -499,6 +504,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
   };
   if (m.topo.shm_all) m.shm = std::make_unique<ShmGroupImpl>(*m.engine, m.engine->rank, m.topo.segs, m.topo.single_copy, m.opts.timeout);
   m.thread = std::thread([this] { impl_->loop(); });
+  pthread_setname_np(m.thread.native_handle(), "shoal-progress");  // for top -H, perf and gdb
 }
 
 Communicator::~Communicator() {
@@ -758,6 +764,7 @@ void Communicator::Impl::loop() {
   Clock::time_point front_since;
   uint64_t submitted_seen = 0;   // `submitted` when it last changed, and when that was
   Clock::time_point active_at = Clock::now();
+  auto tick = kTick;
   for (;;) {
     Op op;
     {
@@ -770,13 +777,15 @@ void Communicator::Impl::loop() {
         const auto now = Clock::now();
         if (submitted != submitted_seen) submitted_seen = submitted, active_at = now;
         if (!queue.empty() && !owned) {
+          tick = kTick;  // an op waits in the queue: its caller may not wait for it at once
           const Op& front = queue.front();
           if (eager) break;
           if (front.id != front_seen) front_seen = front.id, front_since = now;
           if (now - front_since >= kClaimGrace) break;
           cv.wait_until(lk, front_since + kClaimGrace);
         } else if (now - active_at < kActiveFor) {
-          cv.wait_for(lk, kTick);
+          cv.wait_for(lk, tick);
+          tick = std::min(2 * tick, kMaxTick);
         } else {
           deep_sleep = true;
           cv.wait(lk);
