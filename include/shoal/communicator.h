@@ -1,7 +1,8 @@
 // A group of `size` processes, each holding one Communicator with its own rank. Every op is
 // submitted to one queue per communicator, run in submission order, and returns a Work. A
 // collective runs on the thread that waits for it (Work::wait), or on the communicator's progress
-// thread when nobody does: at once after Work::run_async(), else within about a millisecond.
+// thread when nobody does: at once after Work::run_async(), else within 1-8 ms (the progress
+// thread looks less often while callers wait for their ops at once).
 // Point-to-point ops progress on the progress thread. Buffers must stay valid until the Work
 // completes. Collectives must be called in
 // the same order with matching arguments on every rank; a mismatch is detected and reported as

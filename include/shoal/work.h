@@ -37,7 +37,7 @@ class Work {
   bool test() const;                 // complete (successfully or not), without blocking
   // For a caller that will not wait for the op soon (it consumes the result through a callback,
   // or computes meanwhile): starts it on the communicator's progress thread now. Without it, a
-  // collective nobody waits for starts by itself within about a millisecond (Communicator).
+  // collective nobody waits for starts by itself within 1-8 ms (Communicator).
   // test() and a wait with a timeout do the same.
   void run_async() const;
   std::exception_ptr error() const;  // null while pending or on success

@@ -95,7 +95,7 @@ struct Phase {
   std::string error;       // this size's error on this rank ("" = none)
   bool fatal = false;      // the error disables the backend from now on
   std::string check;       // "ok", the error, or "" when not checked
-  double est = 0;          // seconds per iteration seen in warmup
+  double est = 0;          // seconds of the fastest measured warm-up iteration
   double avg = 0;          // seconds per timed iteration
 
   void reset() {

@@ -59,9 +59,10 @@ constexpr size_t kMaxPublished = 4096;  // bytes of an abort reason published to
 // within kActiveFor, the idle progress thread looks at the queue every tick, and takes a
 // collective it has seen first in the queue, unclaimed, for kClaimGrace; after kActiveFor without
 // a submit it sleeps until woken. (Only the progress thread reads the clock for this: a submit
-// does not.) A tick starts at kTick and doubles, up to kMaxTick, while the ticks find the queue
-// empty, as they do when callers wait for their ops at once: each tick wakes the thread on a core
-// that a rank's op needs (BENCHMARKS.md, "The progress thread's ticks").
+// does not.) A tick starts at kTick and doubles, up to kMaxTick, while the ticks find no op
+// waiting for the thread (the queue empty, or the engine owned by a caller), as when callers wait
+// for their ops at once: each tick wakes the thread on a core that a rank's op needs
+// (BENCHMARKS.md, "The progress thread's ticks").
 constexpr std::chrono::microseconds kTick{1000};
 constexpr std::chrono::microseconds kMaxTick{8000};
 constexpr std::chrono::microseconds kClaimGrace{200};
