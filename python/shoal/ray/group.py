@@ -60,14 +60,26 @@ _REDUCE_OPS = {
 }
 
 
+def _waited(o):
+    """`o` for a call whose Work this rank waits for at once. torch's options objects default to
+    asyncOp True, and shoal's backend starts an async op on the group's progress thread at once:
+    a hand-off to another thread and back that costs more than a small op. Waited for at once,
+    the op runs on this thread (BENCHMARKS.md, "Ray's collectives ran as async ops")."""
+    if hasattr(o, "asyncOp"):  # torch builds before asyncOp have no such flag
+        o.asyncOp = False
+    return o
+
+
 def _allreduce_options(op: dist.ReduceOp) -> dist.AllreduceOptions:
-    o = dist.AllreduceOptions()
+    o = _waited(dist.AllreduceOptions())
     o.reduceOp = op
     return o
 
 
 # Made once: building options objects is a visible part of a small allreduce's cost.
 _ALLREDUCE_OPTIONS = {op: _allreduce_options(op) for op in _REDUCE_OPS.values()}
+_BARRIER_OPTIONS = _waited(dist.BarrierOptions())
+_ALLGATHER_OPTIONS = _waited(dist.distributed_c10d.AllgatherOptions())
 # What the backend's blocking allreduce takes (converting torch's enum value costs ~1 us a call).
 _INLINE_OPS = {op: dist.ReduceOp(op) for op in _REDUCE_OPS.values()}
 
@@ -295,14 +307,14 @@ class ShoalGroup(BaseGroup):
         c.done()
 
     def barrier(self, barrier_options: BarrierOptions = BarrierOptions()) -> None:
-        self._run(self._live().barrier(dist.BarrierOptions()), barrier_options)
+        self._run(self._live().barrier(_BARRIER_OPTIONS), barrier_options)
 
     def reduce(self, tensor: Tensors, reduce_options: ReduceOptions = ReduceOptions()) -> None:
         with self._arguments("reduce"):
             root = self._root(reduce_options, "reduce")
             # The backend only reads a non-root rank's input: it stays as it was.
             c = _Contiguous(_single(tensor, "reduce", written=self._rank == root))
-            o = dist.ReduceOptions()
+            o = _waited(dist.ReduceOptions())
             o.reduceOp = self._op(reduce_options)
             o.rootRank = root
             work = self._live().reduce([c.t], o)
@@ -317,14 +329,14 @@ class ShoalGroup(BaseGroup):
             t = _single(tensor, "allgather", written=False).contiguous()
             if len(outs) != self._world_size:
                 raise ValueError(f"shoal: allgather: {len(outs)} output tensors for a group of {self._world_size}")
-            work = self._live().allgather([[c.t for c in outs]], [t])
+            work = self._live().allgather([[c.t for c in outs]], [t], _ALLGATHER_OPTIONS)
         self._run(work, allgather_options)
         for c in outs:
             c.done()
 
     def broadcast(self, tensor: Tensors, broadcast_options: BroadcastOptions = BroadcastOptions()) -> None:
         with self._arguments("broadcast"):
-            o = dist.BroadcastOptions()
+            o = _waited(dist.BroadcastOptions())
             o.rootRank = self._root(broadcast_options, "broadcast")
             c = _Contiguous(_single(tensor, "broadcast", written=self._rank != o.rootRank))
             work = self._live().broadcast([c.t], o)
@@ -339,7 +351,7 @@ class ShoalGroup(BaseGroup):
             ins = [t.contiguous() for t in _single_list(tensor_list, "reducescatter", written=False)]
             if len(ins) != self._world_size:
                 raise ValueError(f"shoal: reducescatter: {len(ins)} input tensors for a group of {self._world_size}")
-            o = dist.ReduceScatterOptions()
+            o = _waited(dist.ReduceScatterOptions())
             o.reduceOp = self._op(reducescatter_options)
             work = self._live().reduce_scatter([c.t], [ins], o)
         self._run(work, reducescatter_options)
