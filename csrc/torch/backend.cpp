@@ -367,18 +367,23 @@ void WorkShoal::complete(std::exception_ptr err) {
 }
 
 bool WorkShoal::wait(std::chrono::milliseconds timeout) {
-  if (timeout == kNoTimeout) {
-    std::vector<shoal::WorkPtr> parts;
-    {
-      std::lock_guard<std::mutex> lk(part_mu_);
-      parts = parts_;
+  std::vector<shoal::WorkPtr> parts;
+  {
+    std::lock_guard<std::mutex> lk(part_mu_);
+    parts = parts_;
+  }
+  for (auto& p : parts) {
+    if (timeout != kNoTimeout) {
+      // A bounded wait does not run the ops on this thread (it could not stop at its deadline):
+      // the progress thread starts them now, rather than when it next looks at its queue (up
+      // to kMaxTick, communicator.cpp).
+      p->run_async();
+      continue;
     }
-    for (auto& p : parts) {
-      try {
-        p->wait();
-      } catch (...) {
-        // Reported through the completion callback, as the Work's exception.
-      }
+    try {
+      p->wait();
+    } catch (...) {
+      // Reported through the completion callback, as the Work's exception.
     }
   }
   return c10d::Work::wait(timeout);

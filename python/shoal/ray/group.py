@@ -63,10 +63,11 @@ _REDUCE_OPS = {
 def _waited(o):
     """`o` for a call whose Work this rank waits for at once. torch's options objects default to
     asyncOp True, and shoal's backend starts an async op on the group's progress thread at once:
-    a hand-off to another thread and back that costs more than a small op. Waited for at once,
-    the op runs on this thread (BENCHMARKS.md, "Ray's collectives ran as async ops")."""
-    if hasattr(o, "asyncOp"):  # torch builds before asyncOp have no such flag
-        o.asyncOp = False
+    a hand-off to another thread and back that costs more than a small op. Waited for at once
+    without a timeout, the op runs on this thread; a wait with a timeout cannot run it (it could
+    not stop at its deadline) and starts it on the progress thread (BENCHMARKS.md, "Ray's
+    collectives ran as async ops")."""
+    o.asyncOp = False
     return o
 
 
