@@ -19,16 +19,12 @@ import torch
 import torch.distributed as dist
 
 import shoal.torch
-
-
-def size_bytes(s: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(s[:-1]) * units[s[-1].upper()] if s[-1].upper() in units else int(s)
+from shoal.bench import parse_size
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("size", type=size_bytes, help="bytes of the float32 tensor (suffixes K, M, G)")
+    p.add_argument("size", type=parse_size, help="bytes of the float32 tensor (suffixes K, M, G)")
     p.add_argument("--calls", type=int, default=400, help="timed calls per path and round")
     p.add_argument("--rounds", type=int, default=4)
     a = p.parse_args()

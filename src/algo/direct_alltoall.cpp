@@ -16,16 +16,16 @@
 // Single copy (direct_common.h), where the kernel permits it and blocks are kSingleCopyMinBlock or
 // more (where the group's built-in points are AMD's: up to kSingleCopyMaxBlockAmd, every rank on a
 // core of its own; where they are Intel's: from kSingleCopyMinBlockOwnCores where every rank has a
-// core, from kSingleCopyMinBlockSharedCores where ranks share cores): 2·α + (p-1)·b·β' per rank (b = block bytes, β' = a process_vm_writev per byte). Each rank
-// writes its block for j straight into j's output, all p-1 writes of all ranks at once, with two
-// barriers in all. On the AMD EPYC a kernel copy costs more CPU per byte than a copy in user space
+// core, from kSingleCopyMinBlockSharedCores where ranks share cores): 2·α + (p-1)·b·β' per rank
+// (b = block bytes, β' = a process_vm_writev per byte). Each rank writes its block for j straight
+// into j's output, all p-1 writes of all ranks at once, with two barriers in all. On the AMD EPYC a kernel copy costs more CPU per byte than a copy in user space
 // (BENCHMARKS.md, "alltoall by single copy"), so it pays only where the copies run in parallel on
 // cores of their own and where the pipeline's barriers weigh: there, with ranks sharing cores or
 // from 2 MiB blocks, the pipeline was as fast or faster. On the Intel Xeon the kernel's copy beats
 // the pipeline's two at every block size from 64 KiB, with ranks sharing cores too (BENCHMARKS.md,
 // "The built-in costs of an Intel Xeon"), and from 32 KiB where ranks share cores (ahead at 6 ranks
-// or more, level at 3 and 4). Writing beats reading: the writer's block is in its own
-// cache (a producer just wrote it); a reader would fetch it from the writer's.
+// or more, level at 3 and 4). Writing beats reading: the writer's block is in its own cache (a
+// producer just wrote it); a reader would fetch it from the writer's.
 #include <algorithm>
 
 #include "algo/cost.h"
