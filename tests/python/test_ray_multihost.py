@@ -312,17 +312,19 @@ if __name__ != "__main__":
 
     def drive(cluster, part, timeout=150):
         hosts, env = cluster
+        # stdout apart from stderr: the workers' logs Ray forwards to the driver's stderr may end
+        # without a newline, and a result line printed after one would not start a line.
         p = hosts.run(0, [sys.executable, os.path.abspath(__file__), part], env=env, cwd=ROOT,
-                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            out, _ = p.communicate(timeout=timeout)
+            out, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
-            out, _ = p.communicate()
-            pytest.fail(f"driver {part} did not finish in {timeout} s\n{out}")
-        assert p.returncode == 0, f"driver {part}: exit {p.returncode}\n{out}"
+            out, err = p.communicate()
+            pytest.fail(f"driver {part} did not finish in {timeout} s\n{out}\n{err}")
+        assert p.returncode == 0, f"driver {part}: exit {p.returncode}\n{out}\n{err}"
         lines = [ln for ln in out.splitlines() if ln.startswith(RESULT)]
-        assert lines, out
+        assert lines, f"{out}\n{err}"
         return json.loads(lines[-1][len(RESULT):])
 
     def test_collective_across_hosts(cluster):
