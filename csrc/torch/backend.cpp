@@ -117,8 +117,6 @@ constexpr T reduce_scatter_tensor_coalesced_type() {
 
 // ---- staging ----
 
-using OpFn = std::function<shoal::WorkPtr(shoal::Communicator&)>;
-
 // Collects what one torch op needs: the shoal ops to submit, the buffers to keep alive, the
 // copy-backs to run when they complete.
 struct Builder {
@@ -311,6 +309,15 @@ void WorkShoal::start(Plan plan, const std::vector<shoal::WorkPtr>& parts) {
   part_done(nullptr);
 }
 
+void WorkShoal::finish(Plan plan, std::exception_ptr err) {
+  {
+    std::lock_guard<std::mutex> lk(part_mu_);
+    plan_ = std::move(plan);
+    remaining_ = 1;
+  }
+  part_done(err);
+}
+
 void WorkShoal::part_done(std::exception_ptr err) {
   std::exception_ptr e;
   {
@@ -469,11 +476,20 @@ std::vector<std::string> BackendShoal::transports() const {
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::launch(c10d::OpType type, const char* title,
                                                     const std::vector<at::Tensor>& inputs,
-                                                    std::vector<at::Tensor> outputs, Builder& b, bool async,
+                                                    std::vector<at::Tensor> outputs, Builder& b, Start start,
                                                     int source_rank) {
   OpContext ctx{type, rank_, size_, group_};
   auto work = c10::make_intrusive<WorkShoal>(rank_, type, title, inputs, std::move(outputs), ctx, ++seq_, source_rank,
                                              completer_);
+  if (start == Start::here && b.ops.size() == 1) {
+    // The caller waits at once: the op runs here, with no shoal Work, queue or callbacks
+    // (BENCHMARKS.md, "A collective waited for at once runs in the call"). Several ops would be
+    // submitted together instead, so that no other thread's op runs between them.
+    std::exception_ptr err = run_blocking(b.ops[0]);
+    work->finish(std::move(b.plan), err);
+    if (err) std::rethrow_exception(torch_error(ctx.str(), err));
+    return work;
+  }
   std::vector<shoal::WorkPtr> parts;
   std::exception_ptr err;
   {
@@ -483,7 +499,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::launch(c10d::OpType type, const cha
           c10::DistBackendError(SHOAL_SRC, "shoal: " + ctx.str() + ": the process group was shut down or destroyed"));
     } else {
       try {
-        for (auto& f : b.ops) parts.push_back(f(*comm_));
+        for (auto& f : b.ops) parts.push_back(f(*comm_, shoal::CallOptions{}));
       } catch (...) {
         err = torch_error(ctx.str(), std::current_exception());
       }
@@ -491,32 +507,44 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::launch(c10d::OpType type, const cha
   }
   work->start(std::move(b.plan), parts);  // keeps the buffers of ops already submitted alive
   if (err) std::rethrow_exception(err);
-  if (async)
+  if (start == Start::background)
     for (const auto& p : parts) p->run_async();
   return work;
+}
+
+std::exception_ptr BackendShoal::run_blocking(const OpFn& op) {
+  // Outside submit_mu_ (abort() takes it while the op runs); the reference keeps the
+  // communicator alive through a shutdown() meanwhile.
+  std::shared_ptr<shoal::Communicator> comm;
+  {
+    std::lock_guard<std::mutex> lk(submit_mu_);
+    comm = comm_;
+  }
+  if (!comm) return std::make_exception_ptr(shoal::Error("the process group was shut down or destroyed"));
+  // Without the GIL, should a caller hold it: the op may wait for ops before it on the progress
+  // thread, which can drop the last reference to a tensor a Python object owns.
+  PyThreadState* gil = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
+  std::exception_ptr err;
+  try {
+    shoal::CallOptions o;
+    o.blocking = true;
+    op(*comm, o);
+  } catch (...) {
+    err = std::current_exception();
+  }
+  if (gil) PyEval_RestoreThread(gil);
+  return err;
 }
 
 bool BackendShoal::allreduce_inline(at::Tensor& t, const c10d::ReduceOp& rop) {
   if (!t.device().is_cpu() || t.layout() != c10::kStrided || !t.is_contiguous() || t.is_complex()) return false;
   const shoal::DType dt = reduce_dtype(t, "all_reduce_");
   const shoal::ReduceOp op = reduce_op(rop, dt, t, "all_reduce_");
-  OpContext ctx{c10d::OpType::ALLREDUCE, rank_, size_, group_};
   ++seq_;
-  try {
-    // A blocking call, outside submit_mu_ (abort() takes it while the op runs); the reference
-    // keeps the communicator alive through a shutdown() meanwhile.
-    std::shared_ptr<shoal::Communicator> comm;
-    {
-      std::lock_guard<std::mutex> lk(submit_mu_);
-      comm = comm_;
-    }
-    if (!comm) throw shoal::Error("the process group was shut down or destroyed");
-    shoal::CallOptions o;
-    o.blocking = true;
-    comm->allreduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), dt, op, o);
-  } catch (...) {
-    std::rethrow_exception(torch_error(ctx.str(), std::current_exception()));
-  }
+  void* p = t.data_ptr();
+  const size_t n = static_cast<size_t>(t.numel());
+  std::exception_ptr err = run_blocking([&](auto& c, auto o) { return c.allreduce(p, p, n, dt, op, o); });
+  if (err) std::rethrow_exception(torch_error(OpContext{c10d::OpType::ALLREDUCE, rank_, size_, group_}.str(), err));
   return true;
 }
 
@@ -532,7 +560,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::broadcast(std::vector<at::Tensor>& 
   at::Tensor buf = rank_ == root ? b.in(t) : b.out(t);
   Move m = move_type(t);
   size_t n = elems(t, m);
-  b.op([=](shoal::Communicator& c) { return c.broadcast(buf.data_ptr(), n, m.dt, root); });
+  b.op([=](auto& c, auto o) { return c.broadcast(buf.data_ptr(), n, m.dt, root, o); });
   return launch(c10d::OpType::BROADCAST, "shoal:broadcast", tensors, tensors, b, opts.asyncOp);
 }
 
@@ -545,7 +573,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::allreduce(std::vector<at::Tensor>& 
   Builder b;
   at::Tensor buf = b.out(t, /*copy_in=*/true);
   size_t n = t.numel();
-  b.op([=](shoal::Communicator& c) { return c.allreduce(buf.data_ptr(), buf.data_ptr(), n, dt, op); });
+  b.op([=](auto& c, auto o) { return c.allreduce(buf.data_ptr(), buf.data_ptr(), n, dt, op, o); });
   return launch(c10d::OpType::ALLREDUCE, "shoal:all_reduce", tensors, tensors, b, opts.asyncOp);
 }
 
@@ -562,8 +590,8 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::allreduce_coalesced(std::vector<at:
   at::Tensor flat = b.scratch(total, tensors[0]);
   pack(flat, tensors);
   unpack_later(b, flat, tensors);
-  b.op([=](shoal::Communicator& c) {
-    return c.allreduce(flat.data_ptr(), flat.data_ptr(), static_cast<size_t>(total), dt, op);
+  b.op([=](auto& c, auto o) {
+    return c.allreduce(flat.data_ptr(), flat.data_ptr(), static_cast<size_t>(total), dt, op, o);
   });
   return launch(c10d::OpType::ALLREDUCE_COALESCED, "shoal:allreduce_coalesced", tensors, tensors, b, opts.asyncOp);
 }
@@ -579,8 +607,8 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::reduce(std::vector<at::Tensor>& ten
   const bool me = rank_ == root;
   at::Tensor buf = me ? b.out(t, /*copy_in=*/true) : b.in(t);
   size_t n = t.numel();
-  b.op([=](shoal::Communicator& c) {
-    return c.reduce(buf.data_ptr(), me ? buf.data_ptr() : nullptr, n, dt, op, root);
+  b.op([=](auto& c, auto o) {
+    return c.reduce(buf.data_ptr(), me ? buf.data_ptr() : nullptr, n, dt, op, root, o);
   });
   return launch(c10d::OpType::REDUCE, "shoal:reduce", tensors, tensors, b, opts.asyncOp);
 }
@@ -607,7 +635,7 @@ void add_allgather_list(Builder& b, const at::Tensor& in, const std::vector<at::
   at::Tensor src = b.in(in);
   at::Tensor flat = b.scratch(total, in);
   unpack_later(b, flat, outs);
-  b.op([=](shoal::Communicator& c) { return c.allgatherv(src.data_ptr(), flat.data_ptr(), counts, m.dt); });
+  b.op([=](auto& c, auto o) { return c.allgatherv(src.data_ptr(), flat.data_ptr(), counts, m.dt, o); });
 }
 
 void add_allgather_base(Builder& b, const at::Tensor& output, const at::Tensor& input, int size, const char* what) {
@@ -620,7 +648,7 @@ void add_allgather_base(Builder& b, const at::Tensor& output, const at::Tensor& 
   at::Tensor in = b.in(input);
   if (overlaps(in, out)) in = b.keep(in.clone());
   size_t n = elems(input, m);
-  b.op([=](shoal::Communicator& c) { return c.allgather(in.data_ptr(), out.data_ptr(), n, m.dt); });
+  b.op([=](auto& c, auto o) { return c.allgather(in.data_ptr(), out.data_ptr(), n, m.dt, o); });
 }
 
 void add_reduce_scatter_base(Builder& b, const at::Tensor& output, const at::Tensor& input,
@@ -635,7 +663,7 @@ void add_reduce_scatter_base(Builder& b, const at::Tensor& output, const at::Ten
   at::Tensor in = b.in(input);
   if (overlaps(in, out)) in = b.keep(in.clone());
   size_t n = output.numel();
-  b.op([=](shoal::Communicator& c) { return c.reduce_scatter(in.data_ptr(), out.data_ptr(), n, dt, op); });
+  b.op([=](auto& c, auto o) { return c.reduce_scatter(in.data_ptr(), out.data_ptr(), n, dt, op, o); });
 }
 
 std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& lists) {
@@ -717,7 +745,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::gather(std::vector<std::vector<at::
     flat = b.scratch(t.numel() * size_, t);
     unpack_later(b, flat, outs);
   }
-  b.op([=](shoal::Communicator& c) { return c.gather(in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, n, m.dt, root); });
+  b.op([=](auto& c, auto o) { return c.gather(in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, n, m.dt, root, o); });
   return launch(c10d::OpType::GATHER, "shoal:gather", inputs, outs, b, opts.asyncOp);
 }
 
@@ -745,7 +773,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::scatter(std::vector<at::Tensor>& ou
     pack(flat, ins);
   }
   at::Tensor out = b.out(t);
-  b.op([=](shoal::Communicator& c) { return c.scatter(flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), n, m.dt, root); });
+  b.op([=](auto& c, auto o) { return c.scatter(flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), n, m.dt, root, o); });
   return launch(c10d::OpType::SCATTER, "shoal:scatter", ins, outputs, b, opts.asyncOp);
 }
 
@@ -767,7 +795,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::reduce_scatter(std::vector<at::Tens
   pack(flat, inputs[0]);
   at::Tensor out = b.out(t);
   size_t n = t.numel();
-  b.op([=](shoal::Communicator& c) { return c.reduce_scatter(flat.data_ptr(), out.data_ptr(), n, dt, op); });
+  b.op([=](auto& c, auto o) { return c.reduce_scatter(flat.data_ptr(), out.data_ptr(), n, dt, op, o); });
   return launch(c10d::OpType::REDUCE_SCATTER, "shoal:reduce_scatter", inputs[0], outputs, b, opts.asyncOp);
 }
 
@@ -829,7 +857,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::alltoall_base(at::Tensor& output, a
   at::Tensor out = b.out(output);
   at::Tensor in = b.in(input);
   if (overlaps(in, out)) in = b.keep(in.clone());
-  b.op([=](shoal::Communicator& c) { return c.alltoallv(in.data_ptr(), send_counts, out.data_ptr(), recv_counts, m.dt); });
+  b.op([=](auto& c, auto o) { return c.alltoallv(in.data_ptr(), send_counts, out.data_ptr(), recv_counts, m.dt, o); });
   return launch(c10d::OpType::ALLTOALL_BASE, "shoal:all_to_all", {input}, {output}, b, opts.asyncOp);
 }
 
@@ -854,8 +882,8 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::alltoall(std::vector<at::Tensor>& o
   pack(flat_in, inputs);
   at::Tensor flat_out = b.scratch(got, inputs[0]);
   unpack_later(b, flat_out, outputs);
-  b.op([=](shoal::Communicator& c) {
-    return c.alltoallv(flat_in.data_ptr(), send_counts, flat_out.data_ptr(), recv_counts, m.dt);
+  b.op([=](auto& c, auto o) {
+    return c.alltoallv(flat_in.data_ptr(), send_counts, flat_out.data_ptr(), recv_counts, m.dt, o);
   });
   return launch(c10d::OpType::ALLTOALL, "shoal:all_to_all", inputs, outputs, b, opts.asyncOp);
 }
@@ -870,8 +898,8 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::send(std::vector<at::Tensor>& tenso
   Builder b;
   at::Tensor buf = b.in(t);
   uint64_t tg = static_cast<uint64_t>(static_cast<int64_t>(tag));
-  b.op([=](shoal::Communicator& c) { return c.send(buf.data_ptr(), n, m.dt, dst, tg); });
-  return launch(c10d::OpType::SEND, "shoal:send", tensors, tensors, b, false);
+  b.op([=](auto& c, auto o) { return c.send(buf.data_ptr(), n, m.dt, dst, tg, o); });
+  return launch(c10d::OpType::SEND, "shoal:send", tensors, tensors, b, Start::queued);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
@@ -882,8 +910,8 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::recv(std::vector<at::Tensor>& tenso
   Builder b;
   at::Tensor buf = b.out(t);
   uint64_t tg = static_cast<uint64_t>(static_cast<int64_t>(tag));
-  b.op([=](shoal::Communicator& c) { return c.recv(buf.data_ptr(), n, m.dt, src, tg); });
-  return launch(c10d::OpType::RECV, "shoal:recv", tensors, tensors, b, false, src);
+  b.op([=](auto& c, auto o) { return c.recv(buf.data_ptr(), n, m.dt, src, tg, o); });
+  return launch(c10d::OpType::RECV, "shoal:recv", tensors, tensors, b, Start::queued, src);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
@@ -894,18 +922,18 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::recvAnysource(std::vector<at::Tenso
   at::Tensor buf = b.out(t);
   uint64_t tg = static_cast<uint64_t>(static_cast<int64_t>(tag));
   auto recv = std::make_shared<shoal::WorkPtr>();
-  b.op([=](shoal::Communicator& c) {
-    *recv = c.recv(buf.data_ptr(), n, m.dt, shoal::Communicator::kAnySource, tg);
+  b.op([=](auto& c, auto o) {
+    *recv = c.recv(buf.data_ptr(), n, m.dt, shoal::Communicator::kAnySource, tg, o);
     return *recv;
   });
-  auto work = launch(c10d::OpType::RECVANYSOURCE, "shoal:recv_anysource", tensors, tensors, b, false, -1);
+  auto work = launch(c10d::OpType::RECVANYSOURCE, "shoal:recv_anysource", tensors, tensors, b, Start::queued, -1);
   if (auto* w = dynamic_cast<WorkShoal*>(work.get())) w->set_any_source(recv);
   return work;
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::barrier(const c10d::BarrierOptions& opts) {
   Builder b;
-  b.op([](shoal::Communicator& c) { return c.barrier(); });
+  b.op([](auto& c, auto o) { return c.barrier(o); });
   return launch(c10d::OpType::BARRIER, "shoal:barrier", {}, {}, b, opts.asyncOp);
 }
 

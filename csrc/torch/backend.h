@@ -3,11 +3,14 @@
 //
 // Every op validates its tensors on the caller's thread, stages what shoal cannot use in place
 // (non-contiguous tensors, tensors on an accelerator: copied to contiguous host memory, pinned
-// for accelerators) and submits one or more shoal ops. shoal runs them in submission order on
-// its progress thread; when the last one completes, the copy-back into the caller's tensors runs
-// (still on the progress thread, before the next op), the Work is marked complete, and the
-// Work's Future, if someone asked for it, is completed on this backend's completion thread, so
-// that future callbacks (DDP comm hooks, user `then`s) never run on shoal's progress thread.
+// for accelerators) and submits one or more shoal ops, which shoal runs in submission order. A
+// collective whose caller waits at once (torch's asyncOp false, as dist.all_reduce sets it)
+// runs as a blocking call on the caller's thread, and the Work returned is complete. Otherwise
+// the ops run on the thread that waits for them or on the communicator's progress thread; when
+// the last one completes, the copy-back into the caller's tensors runs (on that thread, before
+// the next op), the Work is marked complete, and the Work's Future, if someone asked for it, is
+// completed on this backend's completion thread, so that future callbacks (DDP comm hooks, user
+// `then`s) never run on shoal's progress thread.
 #pragma once
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -47,6 +50,8 @@ class Completer {
 };
 
 struct Builder;
+// One shoal op of a torch op, submitted with the options given.
+using OpFn = std::function<shoal::WorkPtr(shoal::Communicator&, const shoal::CallOptions&)>;
 
 // What an error of an op names: "allreduce on rank 1 of process group '0' (4 ranks)". Built only
 // for an error: formatting it for every op cost more than a small op itself.
@@ -78,6 +83,8 @@ class WorkShoal : public c10d::Work {
     std::vector<std::function<void()>> finalize;  // copy-backs, on success, in order
   };
   void start(Plan plan, const std::vector<shoal::WorkPtr>& parts);
+  // Completes the work whose ops ran as blocking calls: the copy-backs of `plan` unless `err`.
+  void finish(Plan plan, std::exception_ptr err);
   // A receive from any source learns its sender from the shoal Work once it completes.
   void set_any_source(std::shared_ptr<shoal::WorkPtr> recv) { any_source_ = std::move(recv); }
 
@@ -182,11 +189,24 @@ class BackendShoal : public c10d::Backend {
   void shutdown() override;
 
  private:
+  // When the shoal ops of a torch op start.
+  enum class Start {
+    queued,      // point to point: when the caller waits, or when the progress thread finds them
+    background,  // torch's asyncOp: the caller waits later, if at all; the progress thread starts them now
+    here,        // asyncOp false: the caller waits at once; they run on its thread before the call returns
+  };
   // Submits the shoal ops `b` collected (atomically with respect to other threads' ops on this
-  // backend) and returns the Work that completes when they all have. `async`: the caller does not
-  // wait at once (torch's asyncOp), so the ops start in the background now.
+  // backend) and returns the Work that completes when they all have; with Start::here, one op
+  // runs as a blocking call and the Work returned is complete.
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
-                                        std::vector<at::Tensor> outputs, Builder& b, bool async, int source_rank = -1);
+                                        std::vector<at::Tensor> outputs, Builder& b, Start start, int source_rank = -1);
+  // A collective's: as torch's asyncOp says.
+  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
+                                        std::vector<at::Tensor> outputs, Builder& b, bool async_op) {
+    return launch(type, title, inputs, std::move(outputs), b, async_op ? Start::background : Start::here);
+  }
+  // Runs `op` as a blocking call on this thread and returns its error.
+  std::exception_ptr run_blocking(const OpFn& op);
 
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<Options> options_;

@@ -325,6 +325,44 @@ def w_async_future(rank, n):
     assert all(torch.all(r[0] == n) for r in res)
 
 
+def w_waited_at_once(rank, n):
+    """A collective whose caller waits at once (asyncOp False, as dist.all_reduce sets it) runs
+    before the backend's call returns: its Work is complete then, copy-backs included; an async op
+    queued before it completes first."""
+    pg = dist.distributed_c10d._get_default_group()
+
+    def waited(o, **fields):
+        o.asyncOp = False
+        for k, v in fields.items():
+            setattr(o, k, v)
+        return o
+
+    total = float(n * (n + 1) // 2)
+    t = torch.full((5,), float(rank + 1))
+    w = pg.allreduce([t], waited(dist.AllreduceOptions()))
+    assert w.is_completed() and w.is_success()
+    assert torch.equal(t, torch.full((5,), total)), t
+    assert w.wait() and w.result()[0].data_ptr() == t.data_ptr()
+    # Staged (not contiguous): copied back before the call returns.
+    v = (torch.arange(12.0).reshape(3, 4) * (rank + 1)).t()
+    w = pg.allreduce([v], waited(dist.AllreduceOptions()))
+    assert w.is_completed() and torch.equal(v, (torch.arange(12.0).reshape(3, 4) * total).t()), v
+    b = torch.full((3,), float(rank))
+    w = pg.broadcast([b], waited(dist.BroadcastOptions(), rootRank=n - 1))
+    assert w.is_completed() and torch.equal(b, torch.full((3,), float(n - 1))), b
+    outs = [torch.empty(2) for _ in range(n)]
+    w = pg.allgather([outs], [torch.full((2,), float(rank))], waited(dist.distributed_c10d.AllgatherOptions()))
+    assert w.is_completed() and all(torch.equal(outs[r], torch.full((2,), float(r))) for r in range(n)), outs
+    assert pg.barrier(waited(dist.BarrierOptions())).is_completed()
+    # An async op submitted first runs first.
+    a = torch.ones(4)
+    wa = dist.all_reduce(a, async_op=True)
+    c = torch.full((4,), 2.0)
+    dist.all_reduce(c)
+    assert wa.wait() and torch.equal(a, torch.full((4,), float(n))), a
+    assert torch.equal(c, torch.full((4,), 2.0 * n)), c
+
+
 def w_noncontiguous(rank, n):
     base = data(rank, (6, 8), torch.float32, seed=15)
     t = base.t()  # transposed view: not contiguous
@@ -508,6 +546,10 @@ def test_coalesced(group):
 
 def test_async_and_futures(group):
     group.run(w_async_future)
+
+
+def test_waited_at_once(group):
+    group.run(w_waited_at_once)
 
 
 def test_noncontiguous(group):

@@ -1,9 +1,12 @@
 """The Ray group waits for each op's Work at once, so it must say so to shoal's backend: torch's
 options objects default to asyncOp True, and the backend starts an async op on the group's progress
 thread at once, a hand-off per call that made Ray's small broadcasts 2-3x slower (BENCHMARKS.md,
-"Ray's collectives ran as async ops"). Every collective of ShoalGroup is called here on a backend
-that records the options it is given; each must carry asyncOp False. (The group is made without its
-constructor: no Ray cluster, no store; the methods under test only need the backend.)"""
+"Ray's collectives ran as async ops"); with asyncOp False the backend runs the op on the caller's
+thread before the call returns. A wait with a timeout cannot run the op on its thread (it could not
+stop at its deadline), so such a call must be an async op: with asyncOp False the timeout would not
+bound it. Every collective of ShoalGroup is called here on a backend that records the options it is
+given. (The group is made without its constructor: no Ray cluster, no store; the methods under test
+only need the backend.)"""
 
 from __future__ import annotations
 
@@ -69,7 +72,7 @@ def _group(world=2, rank=0):
 
 
 @pytest.mark.parametrize("timeout_ms", [None, datetime.timedelta(seconds=5)])
-def test_every_collective_is_waited_for_not_async(timeout_ms):
+def test_every_collective_runs_on_the_caller_unless_its_wait_is_bounded(timeout_ms):
     g = _group()
     t = torch.ones(16)
 
@@ -95,4 +98,7 @@ def test_every_collective_is_waited_for_not_async(timeout_ms):
     assert ops == ["allreduce", "barrier", "reduce", "allgather", "broadcast", "reduce_scatter"], ops
     for op, opts in g._backend.calls:
         assert opts is not None, f"{op}: no options given, so torch's default (asyncOp True) applies"
-        assert opts.asyncOp is False, f"{op}: asyncOp {opts.asyncOp}: the backend would start it on its progress thread"
+        if timeout_ms is None:
+            assert opts.asyncOp is False, f"{op}: asyncOp True: the backend would start it on its progress thread"
+        else:
+            assert opts.asyncOp is True, f"{op}: asyncOp False: the backend would run it to the end, past the timeout"

@@ -60,27 +60,26 @@ _REDUCE_OPS = {
 }
 
 
-def _waited(o):
-    """`o` for a call whose Work this rank waits for at once. torch's options objects default to
-    asyncOp True, and shoal's backend starts an async op on the group's progress thread at once:
-    a hand-off to another thread and back that costs more than a small op. Waited for at once
-    without a timeout, the op runs on this thread; a wait with a timeout cannot run it (it could
-    not stop at its deadline) and starts it on the progress thread (BENCHMARKS.md, "Ray's
-    collectives ran as async ops")."""
-    o.asyncOp = False
+def _waited(o, bounded: bool):
+    """`o` for a call whose Work this rank waits for at once, within a timeout if `bounded`.
+    Without a timeout, asyncOp False: shoal's backend runs the op on this thread before the call
+    returns. A wait with a timeout cannot run the op (it could not stop at its deadline): asyncOp
+    True starts it on the group's progress thread at once, and the wait is bounded. (torch's
+    options objects default to asyncOp True; BENCHMARKS.md, "Ray's collectives ran as async ops".)"""
+    o.asyncOp = bounded
     return o
 
 
-def _allreduce_options(op: dist.ReduceOp) -> dist.AllreduceOptions:
-    o = _waited(dist.AllreduceOptions())
+def _allreduce_options(op: dist.ReduceOp, bounded: bool) -> dist.AllreduceOptions:
+    o = _waited(dist.AllreduceOptions(), bounded)
     o.reduceOp = op
     return o
 
 
 # Made once: building options objects is a visible part of a small allreduce's cost.
-_ALLREDUCE_OPTIONS = {op: _allreduce_options(op) for op in _REDUCE_OPS.values()}
-_BARRIER_OPTIONS = _waited(dist.BarrierOptions())
-_ALLGATHER_OPTIONS = _waited(dist.distributed_c10d.AllgatherOptions())
+_ALLREDUCE_OPTIONS = {(op, b): _allreduce_options(op, b) for op in _REDUCE_OPS.values() for b in (False, True)}
+_BARRIER_OPTIONS = {b: _waited(dist.BarrierOptions(), b) for b in (False, True)}
+_ALLGATHER_OPTIONS = {b: _waited(dist.distributed_c10d.AllgatherOptions(), b) for b in (False, True)}
 # What the backend's blocking allreduce takes (converting torch's enum value costs ~1 us a call).
 _INLINE_OPS = {op: dist.ReduceOp(op) for op in _REDUCE_OPS.values()}
 
@@ -300,22 +299,24 @@ class ShoalGroup(BaseGroup):
             # Without a timeout of its own, a blocking call on this thread (no Work, no wait):
             # the cheapest way to run it. (A failure of the op itself has aborted the group
             # already, with its own reason, before _arguments sees it.)
-            if _timeout(allreduce_options) is None and self._live().allreduce_inline(c.t, _INLINE_OPS[op]):
+            bounded = _timeout(allreduce_options) is not None
+            if not bounded and self._live().allreduce_inline(c.t, _INLINE_OPS[op]):
                 c.done()
                 return
-            work = self._live().allreduce([c.t], _ALLREDUCE_OPTIONS[op])
+            work = self._live().allreduce([c.t], _ALLREDUCE_OPTIONS[op, bounded])
         self._run(work, allreduce_options)
         c.done()
 
     def barrier(self, barrier_options: BarrierOptions = BarrierOptions()) -> None:
-        self._run(self._live().barrier(_BARRIER_OPTIONS), barrier_options)
+        bounded = _timeout(barrier_options) is not None
+        self._run(self._live().barrier(_BARRIER_OPTIONS[bounded]), barrier_options)
 
     def reduce(self, tensor: Tensors, reduce_options: ReduceOptions = ReduceOptions()) -> None:
         with self._arguments("reduce"):
             root = self._root(reduce_options, "reduce")
             # The backend only reads a non-root rank's input: it stays as it was.
             c = _Contiguous(_single(tensor, "reduce", written=self._rank == root))
-            o = _waited(dist.ReduceOptions())
+            o = _waited(dist.ReduceOptions(), _timeout(reduce_options) is not None)
             o.reduceOp = self._op(reduce_options)
             o.rootRank = root
             work = self._live().reduce([c.t], o)
@@ -330,14 +331,15 @@ class ShoalGroup(BaseGroup):
             t = _single(tensor, "allgather", written=False).contiguous()
             if len(outs) != self._world_size:
                 raise ValueError(f"shoal: allgather: {len(outs)} output tensors for a group of {self._world_size}")
-            work = self._live().allgather([[c.t for c in outs]], [t], _ALLGATHER_OPTIONS)
+            work = self._live().allgather([[c.t for c in outs]], [t],
+                                          _ALLGATHER_OPTIONS[_timeout(allgather_options) is not None])
         self._run(work, allgather_options)
         for c in outs:
             c.done()
 
     def broadcast(self, tensor: Tensors, broadcast_options: BroadcastOptions = BroadcastOptions()) -> None:
         with self._arguments("broadcast"):
-            o = _waited(dist.BroadcastOptions())
+            o = _waited(dist.BroadcastOptions(), _timeout(broadcast_options) is not None)
             o.rootRank = self._root(broadcast_options, "broadcast")
             c = _Contiguous(_single(tensor, "broadcast", written=self._rank != o.rootRank))
             work = self._live().broadcast([c.t], o)
@@ -352,7 +354,7 @@ class ShoalGroup(BaseGroup):
             ins = [t.contiguous() for t in _single_list(tensor_list, "reducescatter", written=False)]
             if len(ins) != self._world_size:
                 raise ValueError(f"shoal: reducescatter: {len(ins)} input tensors for a group of {self._world_size}")
-            o = _waited(dist.ReduceScatterOptions())
+            o = _waited(dist.ReduceScatterOptions(), _timeout(reducescatter_options) is not None)
             o.reduceOp = self._op(reducescatter_options)
             work = self._live().reduce_scatter([c.t], [ins], o)
         self._run(work, reducescatter_options)
