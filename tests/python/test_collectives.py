@@ -104,9 +104,21 @@ def w_all_gather(rank, n, dtype, uneven):
     size = lambda r: (r + 1 if uneven else 4)  # noqa: E731
     t = data(rank, (size(rank),), dtype, seed=4)
     outs = [torch.empty(size(r), dtype=dtype) for r in range(n)]
+    versions = [o._version for o in outs]
     dist.all_gather(outs, t)
     for r in range(n):
         assert_equal(outs[r], data(r, (size(r),), dtype, seed=4), f"all_gather block {r}")
+    # Written in place as by copy_: autograd sees each output's version move.
+    assert all(o._version > v for o, v in zip(outs, versions)), [(o._version, v) for o, v in zip(outs, versions)]
+    # Blocks on either side of the size the backend copies as bytes (below ATen's grain size,
+    # 32768 elements), and a strided output.
+    size = lambda r: 40000 if r == 0 else 3 + r  # noqa: E731
+    t = data(rank, (size(rank),), dtype, seed=5)
+    outs = [torch.empty(size(r), dtype=dtype) for r in range(n)]
+    outs[-1] = torch.empty(size(n - 1) * 2, dtype=dtype)[::2]
+    dist.all_gather(outs, t)
+    for r in range(n):
+        assert_equal(outs[r], data(r, (size(r),), dtype, seed=5), f"all_gather block {r} of {size(r)}")
 
 
 def w_all_gather_into_tensor(rank, n, dtype, in_place):
@@ -158,6 +170,13 @@ def w_all_to_all(rank, n, dtype):
     dist.all_to_all(outs, ins)
     for r in range(n):
         assert_equal(outs[r], data(r * 10 + rank, (r + rank + 1,), dtype, seed=9), f"all_to_all from {r}")
+    # One block past the size the backend copies as bytes, each way.
+    size = lambda src, dst: 33000 if src == dst == 0 else src + dst + 1  # noqa: E731
+    ins = [data(rank * 10 + j, (size(rank, j),), dtype, seed=10) for j in range(n)]
+    outs = [torch.empty(size(r, rank), dtype=dtype) for r in range(n)]
+    dist.all_to_all(outs, ins)
+    for r in range(n):
+        assert_equal(outs[r], data(r * 10 + rank, (size(r, rank),), dtype, seed=10), f"all_to_all from {r}")
 
 
 def w_all_to_all_single(rank, n, dtype, uneven):
