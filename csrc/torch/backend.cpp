@@ -78,6 +78,17 @@ shoal::ReduceOp reduce_op(const c10d::ReduceOp& op, shoal::DType dt, const at::T
   return r;
 }
 
+// Whether this thread holds the GIL. (PyGILState_Check answers yes for any thread once a
+// subinterpreter exists, before Python 3.12.)
+bool holds_gil() {
+  if (!Py_IsInitialized()) return false;
+#if PY_VERSION_HEX >= 0x030D0000
+  return PyThreadState_GetUnchecked() != nullptr;
+#else
+  return _PyThreadState_UncheckedGet() != nullptr;
+#endif
+}
+
 // ---- tensor checks ----
 
 void check_tensor(const at::Tensor& t, const char* what) {
@@ -178,12 +189,13 @@ struct Builder {
 namespace {
 
 // Where a list op's tensor `t` and its block of `flat` are copied as bytes: on the CPU, plain
-// (contiguous, same dtype, no conjugate or negative view) and small enough that ATen would copy
-// it on one thread too. An ATen copy costs about a microsecond of dispatch (narrow, view, copy_)
+// (contiguous, same dtype, no conjugate or negative view, its own storage, no Python subclass)
+// and small enough that ATen would copy it on one thread too. An ATen copy costs about a microsecond of dispatch (narrow, view, copy_)
 // per tensor of the list (BENCHMARKS.md, "A list op's copies").
 bool bytewise(const at::Tensor& t, const at::Tensor& flat) {
   return t.device().is_cpu() && t.is_contiguous() && t.scalar_type() == flat.scalar_type() && !t.is_conj() &&
-         !t.is_neg() && t.numel() < at::internal::GRAIN_SIZE;
+         !t.is_neg() && t.numel() < at::internal::GRAIN_SIZE && t.has_storage() && !t._is_zerotensor() &&
+         !t.key_set().has(c10::DispatchKey::Python);
 }
 uint8_t* bytes_at(const at::Tensor& flat, int64_t off) {
   return static_cast<uint8_t*>(flat.data_ptr()) + off * flat.element_size();
@@ -194,7 +206,7 @@ void pack(at::Tensor& flat, const std::vector<at::Tensor>& ts) {
   int64_t off = 0;
   for (const auto& t : ts) {
     if (!bytewise(t, flat)) flat.narrow(0, off, t.numel()).view(t.sizes()).copy_(t);
-    else if (t.numel() > 0) std::memcpy(bytes_at(flat, off), t.data_ptr(), t.nbytes());
+    else if (t.numel() > 0) std::memcpy(bytes_at(flat, off), t.const_data_ptr(), t.nbytes());
     off += t.numel();
   }
 }
@@ -478,7 +490,7 @@ BackendShoal::~BackendShoal() {
   try {
     shutdown();
     // The completion thread may need the GIL too (future callbacks, tensor references).
-    if (Py_IsInitialized() && PyGILState_Check()) {
+    if (holds_gil()) {
       PyThreadState* state = PyEval_SaveThread();
       completer_.reset();
       PyEval_RestoreThread(state);
@@ -543,7 +555,7 @@ std::exception_ptr BackendShoal::run_blocking(const OpFn& op) {
   if (!comm) return std::make_exception_ptr(shoal::Error("the process group was shut down or destroyed"));
   // Without the GIL, should a caller hold it: the op may wait for ops before it on the progress
   // thread, which can drop the last reference to a tensor a Python object owns.
-  PyThreadState* gil = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
+  PyThreadState* gil = holds_gil() ? PyEval_SaveThread() : nullptr;
   std::exception_ptr err;
   try {
     shoal::CallOptions o;
@@ -552,6 +564,7 @@ std::exception_ptr BackendShoal::run_blocking(const OpFn& op) {
   } catch (...) {
     err = std::current_exception();
   }
+  comm.reset();  // the last reference after a shutdown() meanwhile: destroyed without the GIL
   if (gil) PyEval_RestoreThread(gil);
   return err;
 }
@@ -1034,7 +1047,7 @@ void BackendShoal::shutdown() {
   // Destroying the communicator runs what is queued and joins its progress thread, which may need
   // the GIL (the last reference to a tensor a Python object owns can drop there): never hold the
   // GIL while waiting for it (the Python binding may call this, or the destructor, with it held).
-  if (Py_IsInitialized() && PyGILState_Check()) {
+  if (holds_gil()) {
     PyThreadState* state = PyEval_SaveThread();
     c.reset();
     PyEval_RestoreThread(state);
