@@ -94,11 +94,12 @@ void cpu_section(Items& out, int ranks) {
   out.push_back({"cpu", "model", cpu_model()});
   out.push_back({"cpu", "cores online", std::to_string(online)});
   out.push_back({"cpu", "cores this process may use", std::to_string(allowed)});
+  // As the rendezvous decides (base/cpus.h), for ranks that all have this process's affinity.
   out.push_back({"cpu", "ranks per core",
-                 ranks <= online ? std::to_string(ranks) + " ranks on " + std::to_string(online) +
-                                       " cores: each rank may have a core, waiters spin briefly (SHOAL_SPIN_US)"
-                                 : std::to_string(ranks) + " ranks share " + std::to_string(online) +
-                                       " cores: waiters yield their core (SHOAL_YIELD_US), then sleep"});
+                 ranks <= allowed ? std::to_string(ranks) + " ranks on " + std::to_string(allowed) +
+                                        " cores: each rank may have a core, waiters spin briefly (SHOAL_SPIN_US)"
+                                  : std::to_string(ranks) + " ranks share " + std::to_string(allowed) +
+                                        " cores: waiters yield their core (SHOAL_YIELD_US), then sleep"});
   std::string compiled;
   for (auto* t : {scalar_kernels(), avx2_kernels(), avx512_kernels()})
     if (t) compiled += (compiled.empty() ? "" : ", ") + std::string(level_name(t->level));

@@ -14,6 +14,7 @@
 
 #include "algo/cost.h"
 #include "algo/direct_common.h"
+#include "base/cpus.h"
 #include "base/log.h"
 #include "base/params.h"
 #include "shoal/error.h"
@@ -238,15 +239,19 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
       ways_failure ? "" : std::to_string(topo.ways.digest()) + "/" + std::to_string(topo.ways.switches_digest());
   std::vector<std::string> ids;
   try {
-    ids = gather_or_fail(store, "hostid", rank, size, me + "|" + my_network + "|" + my_tuning, ways_error, deadline);
+    ids = gather_or_fail(store, "hostid", rank, size, me + "|" + my_network + "|" + my_tuning + "|" + affinity_text(),
+                         ways_error, deadline);
   } catch (const Error&) {
     if (ways_failure) std::rethrow_exception(ways_failure);
     throw;
   }
   std::vector<std::string> host_ids(size);
   bool peer_elsewhere = false;
-  std::vector<std::string> tunings(size), switches(size);
+  std::vector<std::string> tunings(size), switches(size), cpus(size);
   for (int r = 0; r < size; ++r) {
+    const size_t cbar = ids[r].rfind('|');
+    cpus[r] = ids[r].substr(cbar + 1);
+    ids[r].resize(cbar);
     const size_t tbar = ids[r].rfind('|'), bar = ids[r].rfind('|', tbar - 1), slash = ids[r].rfind('/');
     host_ids[r] = ids[r].substr(0, bar);
     peer_elsewhere = peer_elsewhere || ids[r].substr(bar + 1, tbar - bar - 1) != my_network;
@@ -275,6 +280,10 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   topo.hosts = HostMap::from_ids(host_ids);
   // Shared-memory ring slots: the ranks of this host, in rank order.
   const std::vector<int>& local = topo.hosts.ranks[topo.hosts.host_of[rank]];
+  std::vector<std::string> local_cpus;
+  for (int r : local) local_cpus.push_back(cpus[r]);
+  topo.host_cpus = cpus_in_union(local_cpus);
+  engine.set_cpus(static_cast<int>(local.size()), topo.host_cpus);
 
   TcpConfig cfg;
   cfg.rank = rank;
@@ -423,8 +432,10 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   topo.topo = topo.shm_all ? Topo::shm : one_host ? Topo::one_host_tcp : any_shm ? Topo::hosts_shm : Topo::hosts;
   std::string summary;
   for (int r = 0; r < size; ++r) summary += " " + topo.transport[r];
-  SHOAL_LOG(info, "group ready: rank %d of %d, transports:%s%s", rank, size, summary.c_str(),
-            topo.single_copy ? " (single-copy reads)" : "");
+  SHOAL_LOG(info, "group ready: rank %d of %d, transports:%s%s; %zu ranks on this host, %d CPU%s for them: %s", rank,
+            size, summary.c_str(), topo.single_copy ? " (single-copy reads)" : "", local.size(), topo.host_cpus,
+            topo.host_cpus == 1 ? "" : "s",
+            static_cast<int>(local.size()) > topo.host_cpus ? "waiters hand their CPU over" : "waiters poll first");
   return topo;
 }
 

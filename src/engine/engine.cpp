@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "base/cpu_relax.h"
+#include "base/cpus.h"
 #include "base/log.h"
 #include "base/params.h"
 #include "shoal/error.h"
@@ -36,18 +37,16 @@ constexpr size_t kBulkBytes = size_t(1) << 20;
 // spinning waiter steals the core from the peer it waits for, so it yields at once (after the
 // few polls of the wait's first rounds; BENCHMARKS.md, "Waiting when ranks outnumber cores").
 // SHOAL_SPIN_US overrides.
-std::chrono::microseconds spin_time(int size) {
+std::chrono::microseconds spin_time(bool shares_cpus) {
   if (auto us = params::integer("SHOAL_SPIN_US")) return std::chrono::microseconds(*us);
-  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  return std::chrono::microseconds(static_cast<unsigned>(size) <= cores ? 50 : 0);
+  return std::chrono::microseconds(shares_cpus ? 0 : 50);
 }
 
-// After polling, a waiter whose group has more ranks than cores yields its core for a while
-// before it sleeps (SHOAL_YIELD_US overrides).
-std::chrono::microseconds yield_time(int size) {
+// After polling, a waiter whose ranks outnumber their CPUs yields its CPU for a while before it
+// sleeps (SHOAL_YIELD_US overrides).
+std::chrono::microseconds yield_time(bool shares_cpus) {
   if (auto us = params::integer("SHOAL_YIELD_US")) return std::chrono::microseconds(*us);
-  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  return std::chrono::microseconds(static_cast<unsigned>(size) <= cores ? 0 : 1000);
+  return std::chrono::microseconds(shares_cpus ? 1000 : 0);
 }
 
 std::string rank_list(const std::vector<int>& ranks) {
@@ -61,9 +60,8 @@ Engine::Engine(int rank_, int size_, std::string group_)
     : rank(rank_),
       size(size_),
       group(std::move(group_)),
-      pidfds_(size_, -1),
-      spin_(spin_time(size_)),
-      yield_(yield_time(size_)) {
+      pidfds_(size_, -1) {
+  set_cpus(size_, cpus_in_union({affinity_text()}));
   epfd_ = epoll_create1(EPOLL_CLOEXEC);
   wakefd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (epfd_ < 0 || wakefd_ < 0) throw Error(std::string("epoll/eventfd: ") + std::strerror(errno));
@@ -87,6 +85,11 @@ void Engine::set_links(std::vector<std::unique_ptr<Link>> links) {
   links_ = std::move(links);
   links_.resize(size);
   any_fd_ = std::any_of(links_.begin(), links_.end(), [](auto& l) { return l && l->wakes_by() == Link::Wake::fd; });
+}
+
+void Engine::set_cpus(int local_ranks, int cpus) {
+  spin_ = spin_time(local_ranks > cpus);
+  yield_ = yield_time(local_ranks > cpus);
 }
 
 void Engine::set_shm(ShmControl* self, std::vector<ShmControl*> peers) {

@@ -23,17 +23,16 @@ constexpr int kQuickPolls = 16;
 constexpr size_t kTransferPiece = size_t(1) << 20;
 }  // namespace
 
-ShmGroupImpl::ShmGroupImpl(Waiter& waiter, int rank, const std::vector<ShmSegment>& segs, bool single_copy,
+ShmGroupImpl::ShmGroupImpl(Waiter& waiter, int rank, const std::vector<ShmSegment>& segs, bool single_copy, int cores,
                            std::chrono::milliseconds timeout)
     : waiter_(waiter),
       rank_(rank),
       scratch_bytes_(segs[rank].control()->scratch_bytes),
       single_copy_(single_copy),
-      cores_(segs[rank].control()->cores),
+      cores_(std::max(1, cores)),
       timeout_(timeout) {
   for (int r = 0; r < static_cast<int>(segs.size()); ++r) {
     ctl_.push_back(segs[r].control());
-    cores_ = std::min(cores_, std::max(1, static_cast<int>(ctl_.back()->cores)));
     scratch_.push_back(segs[r].scratch());
     if (r != rank) others_.push_back(r);
   }

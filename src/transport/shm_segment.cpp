@@ -1,7 +1,6 @@
 #include "transport/shm_segment.h"
 
 #include <algorithm>
-#include <thread>
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -103,7 +102,6 @@ ShmSegment ShmSegment::create(const std::string& name, int size, size_t ring_byt
   c->pid = getpid();
   c->self_addr = reinterpret_cast<uintptr_t>(c);
   c->size = size;
-  c->cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   c->ring_bytes = ring_bytes;
   c->scratch_bytes = scratch_bytes;
   for (int r = 0; r < size; ++r) new (s.ring(r)) ShmRing();

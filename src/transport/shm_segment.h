@@ -27,8 +27,6 @@ struct alignas(64) ShmControl {
   uint64_t nonce;  // the probe: a peer that can open the segment and read this nonce shares our memory
   int32_t pid;
   int32_t size;  // ring slots: the ranks of the owner's host
-  int32_t cores;  // CPUs the owner's host has online, as the owner sees them
-  int32_t pad;
   uint64_t self_addr;  // where this block is mapped in the owner: the single-copy probe reads it there
   uint64_t ring_bytes;
   uint64_t scratch_bytes;
