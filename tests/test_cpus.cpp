@@ -12,13 +12,14 @@
 using namespace shoal;
 
 TEST(Cpus, UnionCountsEachCpuOnce) {
-  EXPECT_EQ(cpus_in_union({"1", "2"}), 2);               // CPUs 0 and 1, one rank on each
-  EXPECT_EQ(cpus_in_union({"1", "1"}), 1);               // both ranks held to CPU 0
-  EXPECT_EQ(cpus_in_union({"3", "1", "2"}), 2);          // three ranks on CPUs 0-1
-  EXPECT_EQ(cpus_in_union({"f", "f0"}), 8);              // masks of different lengths
-  EXPECT_EQ(cpus_in_union({"80000000000000000", "1"}), 2);  // CPU 67 and CPU 0
-  EXPECT_EQ(cpus_in_union({"ff", "0f"}), 8);
-  EXPECT_EQ(cpus_in_union({}), 1);                       // at least one
+  EXPECT_EQ(cpus_in_union({"0", "1"}), 2);              // CPUs 0 and 1, one rank on each
+  EXPECT_EQ(cpus_in_union({"0", "0"}), 1);              // both ranks held to CPU 0
+  EXPECT_EQ(cpus_in_union({"0-1", "0", "1"}), 2);       // three ranks on CPUs 0-1
+  EXPECT_EQ(cpus_in_union({"0-3", "4-7"}), 8);
+  EXPECT_EQ(cpus_in_union({"0-3,8,10-11", "2-9"}), 12);  // 0-11
+  EXPECT_EQ(cpus_in_union({"1500", "0"}), 2);           // past cpu_set_t's 1024
+  EXPECT_EQ(cpus_in_union({}), 1);                      // at least one
+  EXPECT_EQ(cpus_in_union({"x"}), 1);                   // what does not parse adds none
 }
 
 TEST(Cpus, AffinityTextIsTheThreadsMask) {
@@ -35,8 +36,27 @@ TEST(Cpus, AffinityTextIsTheThreadsMask) {
     CPU_SET(first, &one);
     if (sched_setaffinity(0, sizeof one, &one) == 0) text = affinity_text();
   }).join();
-  std::string expect(1, "1248"[first % 4]);
-  expect += std::string(static_cast<size_t>(first / 4), '0');
-  EXPECT_EQ(text, expect);
+  EXPECT_EQ(text, std::to_string(first));
   EXPECT_EQ(cpus_in_union({text}), 1);
+}
+
+TEST(Cpus, AffinityTextWritesRanges) {
+  // Every CPU the process may use but the first, when it has at least 3: a range or a list.
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
+  if (CPU_COUNT(&all) < 3) GTEST_SKIP() << "needs 3 CPUs";
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &all)) cpus.push_back(c);
+  std::string text;
+  std::thread([&] {
+    cpu_set_t some;
+    CPU_ZERO(&some);
+    for (size_t i = 1; i < cpus.size(); ++i) CPU_SET(cpus[i], &some);
+    if (sched_setaffinity(0, sizeof some, &some) == 0) text = affinity_text();
+  }).join();
+  EXPECT_EQ(cpus_in_union({text}), static_cast<int>(cpus.size()) - 1) << text;
+  if (cpus.back() - cpus[1] + 1 == static_cast<int>(cpus.size()) - 1) {
+    EXPECT_EQ(text, std::to_string(cpus[1]) + "-" + std::to_string(cpus.back()));
+  }
 }

@@ -3,47 +3,74 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <set>
 #include <thread>
 
 namespace shoal {
 
-std::string affinity_text() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int top = -1;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) top = c;
+namespace {
+
+// This thread's CPUs in increasing order; empty if the mask cannot be read. A kernel built for
+// more CPUs than cpu_set_t holds (1024) refuses a set that small: the set grows until it fits.
+std::vector<int> affinity() {
+  std::vector<int> cpus;
+  for (int n = CPU_SETSIZE; n <= (1 << 20); n *= 2) {
+    cpu_set_t* set = CPU_ALLOC(n);
+    if (!set) break;
+    const size_t bytes = CPU_ALLOC_SIZE(n);
+    CPU_ZERO_S(bytes, set);
+    const bool got = sched_getaffinity(0, bytes, set) == 0;
+    const bool too_small = !got && errno == EINVAL;
+    if (got)
+      for (int c = 0; c < n; ++c)
+        if (CPU_ISSET_S(c, bytes, set)) cpus.push_back(c);
+    CPU_FREE(set);
+    if (!too_small) break;
   }
-  if (top < 0) {  // unreadable (or empty): every CPU online
-    CPU_ZERO(&set);
-    top = static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) - 1;
-    for (int c = 0; c <= std::min(top, CPU_SETSIZE - 1); ++c) CPU_SET(c, &set);
-    top = std::min(top, CPU_SETSIZE - 1);
-  }
-  std::string hex;
-  for (int base = top / 4 * 4; base >= 0; base -= 4) {
-    int d = 0;
-    for (int b = 0; b < 4; ++b)
-      if (CPU_ISSET(base + b, &set)) d |= 1 << b;
-    hex += "0123456789abcdef"[d];
-  }
-  return hex;
+  return cpus;
 }
 
-int cpus_in_union(const std::vector<std::string>& masks) {
-  std::vector<int> digits;  // by position from the lowest
-  for (const auto& m : masks) {
-    if (digits.size() < m.size()) digits.resize(m.size(), 0);
-    for (size_t i = 0; i < m.size(); ++i) {
-      const char ch = m[m.size() - 1 - i];
-      const int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : 0;
-      digits[i] |= d;
+}  // namespace
+
+std::string affinity_text() {
+  std::vector<int> cpus = affinity();
+  if (cpus.empty())
+    for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()); ++c) cpus.push_back(static_cast<int>(c));
+  std::string text;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    text += (text.empty() ? "" : ",") + std::to_string(cpus[i]);
+    if (j > i) text += "-" + std::to_string(cpus[j]);
+    i = j + 1;
+  }
+  return text;
+}
+
+int cpus_in_union(const std::vector<std::string>& lists) {
+  std::set<int> all;
+  for (const auto& list : lists) {
+    const char* p = list.data();
+    const char* end = p + list.size();
+    while (p < end) {
+      int lo = 0, hi = 0;
+      auto r = std::from_chars(p, end, lo);
+      if (r.ec != std::errc()) break;
+      hi = lo;
+      p = r.ptr;
+      if (p < end && *p == '-') {
+        r = std::from_chars(p + 1, end, hi);
+        if (r.ec != std::errc()) break;
+        p = r.ptr;
+      }
+      for (int c = lo; c <= hi && c - lo < (1 << 20); ++c) all.insert(c);
+      if (p < end && *p == ',') ++p;
+      else break;
     }
   }
-  int n = 0;
-  for (int d : digits) n += __builtin_popcount(static_cast<unsigned>(d));
-  return std::max(1, n);
+  return std::max<int>(1, static_cast<int>(all.size()));
 }
 
 }  // namespace shoal

@@ -1,21 +1,24 @@
-// The CPUs a process may run on, and how many the ranks of one host have between them: what
+// The CPUs a process may run on, and how many the ranks of one machine have between them: what
 // decides whether a waiting rank polls (each rank has a CPU) or hands its CPU over at once (ranks
 // outnumber the CPUs they may use).
 //
 // The affinity mask, not the CPUs online: taskset, numactl, the cpusets of containers
-// (`docker --cpuset-cpus`, Kubernetes' static CPU manager) and of batch schedulers (Slurm), and
-// mpirun's binding all narrow it, and two ranks held to one CPU that poll for each other lose
-// their time slices to it (BENCHMARKS.md, "Ranks held to fewer CPUs than the host has").
+// (`docker run --cpuset-cpus`, Kubernetes' static CPU manager) and of batch schedulers (Slurm),
+// and mpirun's binding all narrow it, and two ranks held to one CPU that poll for each other lose
+// their time slices to it (BENCHMARKS.md, "Ranks held to fewer CPUs than the host has"). The mask
+// is the calling thread's, read when a group forms (the progress thread inherits it): threads
+// pinned again later (an OpenMP runtime's binding) are not seen.
 #pragma once
 #include <string>
 #include <vector>
 
 namespace shoal {
 
-// This process's affinity as hexadecimal digits, CPU 0 in the lowest bit of the last digit (as
-// /proc's Cpus_allowed, without commas); the CPUs online where the affinity cannot be read.
+// This thread's affinity as a CPU list ("0-3,8,10-11", as /proc's Cpus_allowed_list): a few
+// bytes for the usual sets, whatever the CPUs' numbers. The CPUs online where it cannot be read.
 std::string affinity_text();
-// How many CPUs are in the union of masks written by affinity_text() (at least 1).
-int cpus_in_union(const std::vector<std::string>& masks);
+// How many CPUs are in the union of lists written by affinity_text() (at least 1; what does not
+// parse adds none).
+int cpus_in_union(const std::vector<std::string>& lists);
 
 }  // namespace shoal

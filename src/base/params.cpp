@@ -135,13 +135,13 @@ const std::vector<Param> kParams = {
      "copy for broadcast, allgather, scatter and gather where the measured costs say (`SHOAL_TUNING`), and for "
      "alltoall's blocks from a size that the CPU's built-in costs set (`docs/algorithms.md`), only if it does (`Communicator::single_copy()`; `BENCHMARKS.md`, \"Single-copy transfers\")",
      "`1`"},
-    {"SHOAL_SPIN_US", Kind::integer, 0, 1e7, nullptr, "how long a waiter polls before it yields or sleeps (futex/epoll), µs: at 0 it yields or sleeps after one look. Where ranks outnumber cores the shared-memory waits also skip their few quick polls before it, whatever this says (`BENCHMARKS.md`, \"Ranks that share cores\")",
-     "50, 0 when ranks outnumber cores"},
+    {"SHOAL_SPIN_US", Kind::integer, 0, 1e7, nullptr, "how long a waiter polls before it yields or sleeps (futex/epoll), µs: at 0 it yields or sleeps after one look. Where ranks outnumber cores the shared-memory waits also skip their few quick polls before it, whatever this says (`BENCHMARKS.md`, \"Ranks that share cores\"). The cores counted are those the group's ranks on a machine may run on between them: the union of their affinity masks (`taskset`, cpusets, mpirun's binding; `docs/deploy.md`)",
+     "50, 0 when a machine's ranks outnumber their cores"},
     {"SHOAL_YIELD_US", Kind::integer, 0, 1e7, nullptr,
      "after polling, how long a waiter yields its core (`sched_yield`) before it sleeps, µs, so a peer queued "
      "behind it on the core runs at once. Not for a wait that only sends, or only receives, ≥ 1 MiB over TCP: "
      "that one sleeps on epoll at once (`BENCHMARKS.md`, \"Waiting for one-way TCP transfers\")",
-     "1000 when ranks outnumber cores, else 0"},
+     "1000 when a machine's ranks outnumber their cores, else 0"},
     {"SHOAL_SIMD", Kind::choice, 0, 0, "auto,scalar,avx2,avx512", "force the reduction kernels: `scalar`, `avx2`, `avx512` (`auto`: the best the CPU has)",
      "the best the CPU has"},
     {"SHOAL_LOG", Kind::choice, 0, 0, "error,warn,info,debug,trace", "`error`, `warn`, `info`, `debug`, `trace` (stderr, one line per event, rank prefixed); `info` "

@@ -504,7 +504,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
     return published_by(prefixed, "call/", peers, std::chrono::duration_cast<Millis>(kAbortPublishWait));
   };
   if (m.topo.shm_all)
-    m.shm = std::make_unique<ShmGroupImpl>(*m.engine, m.engine->rank, m.topo.segs, m.topo.single_copy, m.topo.host_cpus,
+    m.shm = std::make_unique<ShmGroupImpl>(*m.engine, m.engine->rank, m.topo.segs, m.topo.single_copy, m.topo.machine_cpus,
                                            m.opts.timeout);
   m.thread = std::thread([this] { impl_->loop(); });
   pthread_setname_np(m.thread.native_handle(), "shoal-progress");  // for top -H, perf and gdb

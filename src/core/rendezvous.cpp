@@ -247,14 +247,21 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   }
   std::vector<std::string> host_ids(size);
   bool peer_elsewhere = false;
-  std::vector<std::string> tunings(size), switches(size), cpus(size);
+  std::vector<std::string> tunings(size), switches(size), cpus(size), machines(size);
   for (int r = 0; r < size; ++r) {
     const size_t cbar = ids[r].rfind('|');
+    if (cbar == std::string::npos || std::count(ids[r].begin(), ids[r].end(), '|') < 3)
+      throw Error("rank " + std::to_string(r) + " published a malformed identity '" + ids[r] +
+                  "' (is every rank running the same build of shoal?)");
     cpus[r] = ids[r].substr(cbar + 1);
     ids[r].resize(cbar);
     const size_t tbar = ids[r].rfind('|'), bar = ids[r].rfind('|', tbar - 1), slash = ids[r].rfind('/');
     host_ids[r] = ids[r].substr(0, bar);
-    peer_elsewhere = peer_elsewhere || ids[r].substr(bar + 1, tbar - bar - 1) != my_network;
+    const std::string network = ids[r].substr(bar + 1, tbar - bar - 1);
+    peer_elsewhere = peer_elsewhere || network != my_network;
+    // The machine: its boot id (shared by its containers and by hosts that SHOAL_HOST_ID simulates).
+    machines[r] = network.substr(0, network.find('/'));
+    if (machines[r].empty()) machines[r] = host_ids[r];
     tunings[r] = ids[r].substr(tbar + 1, slash - tbar - 1);
     switches[r] = ids[r].substr(slash + 1);
   }
@@ -280,10 +287,14 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   topo.hosts = HostMap::from_ids(host_ids);
   // Shared-memory ring slots: the ranks of this host, in rank order.
   const std::vector<int>& local = topo.hosts.ranks[topo.hosts.host_of[rank]];
-  std::vector<std::string> local_cpus;
-  for (int r : local) local_cpus.push_back(cpus[r]);
-  topo.host_cpus = cpus_in_union(local_cpus);
-  engine.set_cpus(static_cast<int>(local.size()), topo.host_cpus);
+  // The CPUs of this machine's ranks (those of other host identities on it too: containers, or
+  // simulated hosts, take the same CPUs).
+  std::vector<std::string> machine_cpus;
+  for (int r = 0; r < size; ++r)
+    if (machines[r] == machines[rank]) machine_cpus.push_back(cpus[r]);
+  topo.machine_ranks = static_cast<int>(machine_cpus.size());
+  topo.machine_cpus = cpus_in_union(machine_cpus);
+  engine.set_cpus(topo.machine_ranks, topo.machine_cpus);
 
   TcpConfig cfg;
   cfg.rank = rank;
@@ -432,10 +443,10 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   topo.topo = topo.shm_all ? Topo::shm : one_host ? Topo::one_host_tcp : any_shm ? Topo::hosts_shm : Topo::hosts;
   std::string summary;
   for (int r = 0; r < size; ++r) summary += " " + topo.transport[r];
-  SHOAL_LOG(info, "group ready: rank %d of %d, transports:%s%s; %zu ranks on this host, %d CPU%s for them: %s", rank,
-            size, summary.c_str(), topo.single_copy ? " (single-copy reads)" : "", local.size(), topo.host_cpus,
-            topo.host_cpus == 1 ? "" : "s",
-            static_cast<int>(local.size()) > topo.host_cpus ? "waiters hand their CPU over" : "waiters poll first");
+  SHOAL_LOG(info, "group ready: rank %d of %d, transports:%s%s; %d ranks on this machine, %d CPU%s for them: %s",
+            rank, size, summary.c_str(), topo.single_copy ? " (single-copy reads)" : "", topo.machine_ranks,
+            topo.machine_cpus, topo.machine_cpus == 1 ? "" : "s",
+            topo.machine_ranks > topo.machine_cpus ? "waiters hand their CPU over" : "waiters poll first");
   return topo;
 }
 

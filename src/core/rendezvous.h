@@ -22,7 +22,8 @@ struct Topology {
   bool single_copy = false;             // shm_all, and every rank may read every other's memory (CMA)
   Topo topo = Topo::hosts;              // for the automatic choice of algorithm
   HostMap hosts;                        // which host each rank is on
-  int host_cpus = 1;                    // CPUs this host's ranks may run on between them (base/cpus.h)
+  int machine_ranks = 1;                // ranks on this machine (its host identities' ranks)
+  int machine_cpus = 1;                 // CPUs they may run on between them (base/cpus.h)
   algo::Ways ways;                      // what the automatic choices on one host read, as the group formed
 };
 

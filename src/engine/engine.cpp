@@ -87,9 +87,9 @@ void Engine::set_links(std::vector<std::unique_ptr<Link>> links) {
   any_fd_ = std::any_of(links_.begin(), links_.end(), [](auto& l) { return l && l->wakes_by() == Link::Wake::fd; });
 }
 
-void Engine::set_cpus(int local_ranks, int cpus) {
-  spin_ = spin_time(local_ranks > cpus);
-  yield_ = yield_time(local_ranks > cpus);
+void Engine::set_cpus(int ranks, int cpus) {
+  spin_ = spin_time(ranks > cpus);
+  yield_ = yield_time(ranks > cpus);
 }
 
 void Engine::set_shm(ShmControl* self, std::vector<ShmControl*> peers) {

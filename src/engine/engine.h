@@ -34,10 +34,10 @@ class Engine final : public Waiter {
   // segment), the same-host peers' control blocks and pids.
   void set_links(std::vector<std::unique_ptr<Link>> links);
   void set_shm(ShmControl* self, std::vector<ShmControl*> peers);
-  // How a wait spends its time: polls first where this host's `local_ranks` have a CPU each of
-  // the `cpus` they may run on between them, hands the CPU over at once where they do not.
-  // Until called (the rendezvous), as for the whole group on this process's CPUs.
-  void set_cpus(int local_ranks, int cpus);
+  // How a wait spends its time: polls first where the group's `ranks` on this machine have a CPU
+  // each of the `cpus` they may run on between them, hands the CPU over at once where they do
+  // not. Until called (the rendezvous), as for the whole group on this thread's CPUs.
+  void set_cpus(int ranks, int cpus);
   int epoll_fd() const { return epfd_; }
   Link* link(int peer) const { return links_[peer].get(); }
 

@@ -14,8 +14,8 @@ class ShmGroupImpl : public ShmGroup {
  public:
   // segs[r] is rank r's segment mapped here (segs[rank] is this rank's own); single_copy: the
   // group's probe found that every rank may read every other's memory; cores: the CPUs the ranks
-  // may run on between them (Topology::host_cpus); timeout: the group's, the longest
-  // quiesce_writes() waits for a writer that is alive.
+  // of this machine may run on between them (Topology::machine_cpus); timeout: the group's, the
+  // longest quiesce_writes() waits for a writer that is alive.
   ShmGroupImpl(Waiter& waiter, int rank, const std::vector<ShmSegment>& segs, bool single_copy, int cores,
                std::chrono::milliseconds timeout);
   int rank() const override { return rank_; }

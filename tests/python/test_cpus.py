@@ -22,7 +22,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset (util-linux) is not installed"),
 ]
 CPUS = sorted(os.sched_getaffinity(0))
-READY = re.compile(r"rank (\d+) of \d+, .*; (\d+) ranks on this host, (\d+) CPUs? for them: (waiters .+)$")
+READY = re.compile(r"rank (\d+) of \d+, .*; (\d+) ranks on this machine, (\d+) CPUs? for them: (waiters .+)$")
 
 
 def _ready_lines(argv, env_extra=None):
@@ -60,3 +60,12 @@ def test_more_ranks_than_the_cpus_they_are_pinned_to_hand_over():
     pin = f'exec taskset -c "$(echo {CPUS[0]} {CPUS[1]} {CPUS[0]} | cut -d" " -f$((SHOAL_RANK + 1)))" "$@"'
     found, out = _ready_lines([RUN, "-n", "3", "--", "sh", "-c", pin, "sh", *_bench(3)])
     assert found == {r: (3, 2, "waiters hand their CPU over") for r in range(3)}, out
+
+
+def test_ranks_of_simulated_hosts_on_one_machine_count_together():
+    # Two host identities (as two containers, or SHOAL_HOST_ID) on one machine, both ranks held to
+    # one CPU: they take the same CPU, TCP between them.
+    pin = f'SHOAL_HOST_ID="h$SHOAL_RANK" exec taskset -c {CPUS[0]} "$@"'
+    found, out = _ready_lines([RUN, "-n", "2", "--", "sh", "-c", pin, "sh", *_bench(2)])
+    assert found == {0: (2, 1, "waiters hand their CPU over"), 1: (2, 1, "waiters hand their CPU over")}, out
+    assert "transport auto (rank 0 -> 1: tcp)" in out, out
