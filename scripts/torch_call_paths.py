@@ -13,13 +13,12 @@ Rank 0 prints µs per call for each path, one column per round (the paths take t
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 import torch.distributed as dist
 
 import shoal.torch
-from shoal.bench import parse_size
+from shoal.bench import parse_size, time_in_turns
 
 
 def main() -> None:
@@ -40,16 +39,7 @@ def main() -> None:
         "backend.allreduce.wait": lambda: backend.allreduce([t], opts).wait(),
         "inline": lambda: shoal.torch.all_reduce_(t, group=g),
     }
-    times = {k: [] for k in paths}
-    for _ in range(a.rounds):
-        for name, call in paths.items():
-            for _ in range(20):
-                call()
-            dist.barrier(group=g)
-            start = time.perf_counter()
-            for _ in range(a.calls):
-                call()
-            times[name].append((time.perf_counter() - start) / a.calls * 1e6)
+    times = time_in_turns(paths, a.calls, a.rounds, g)
     if dist.get_rank() == 0:
         for name, v in times.items():
             print(f"{name:24s}", " ".join(f"{x:8.1f}" for x in v))

@@ -14,12 +14,11 @@ for each op, one column per round (the ops take turns each round).
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 import torch.distributed as dist
 
-from shoal.bench import parse_size
+from shoal.bench import parse_size, time_in_turns
 
 
 def main() -> None:
@@ -42,16 +41,7 @@ def main() -> None:
         "all_to_all": lambda: dist.all_to_all(outs, blocks, group=g),
         "all_to_all_single": lambda: dist.all_to_all_single(flat_out, flat_in, group=g),
     }
-    times = {name: [] for name in ops}
-    for _ in range(a.rounds):
-        for name, call in ops.items():
-            for _ in range(20):
-                call()
-            dist.barrier(group=g)
-            start = time.perf_counter()
-            for _ in range(a.calls):
-                call()
-            times[name].append((time.perf_counter() - start) / a.calls * 1e6)
+    times = time_in_turns(ops, a.calls, a.rounds, g)
     if dist.get_rank() == 0:
         for name, v in times.items():
             print(f"{name:24s}", " ".join(f"{x:8.1f}" for x in v))

@@ -60,6 +60,25 @@ def parse_size(s: str) -> int:
     return int(float(s[: len(s) - len(unit)]) * UNITS[unit])
 
 
+def time_in_turns(calls, n_calls: int, rounds: int, group) -> dict:
+    """µs per call of each of `calls` (name -> function), each timed over `n_calls` calls after 20
+    warm-up calls and a barrier on `group`, taking turns for `rounds` rounds: {name: [µs, ...]}
+    (the scripts that compare ways of making one call: scripts/torch_call_paths.py)."""
+    import torch.distributed as dist
+
+    times = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            for _ in range(20):
+                call()
+            dist.barrier(group=group)
+            start = time.perf_counter()
+            for _ in range(n_calls):
+                call()
+            times[name].append((time.perf_counter() - start) / n_calls * 1e6)
+    return times
+
+
 def fmt_size(n: int) -> str:
     for u, m in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if n >= m and n % m == 0:
