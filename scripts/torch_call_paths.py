@@ -39,10 +39,7 @@ def main() -> None:
         "backend.allreduce.wait": lambda: backend.allreduce([t], opts).wait(),
         "inline": lambda: shoal.torch.all_reduce_(t, group=g),
     }
-    times = time_in_turns(paths, a.calls, a.rounds, g)
-    if dist.get_rank() == 0:
-        for name, v in times.items():
-            print(f"{name:24s}", " ".join(f"{x:8.1f}" for x in v))
+    time_in_turns(paths, a.calls, a.rounds, g)
     dist.destroy_process_group()
 
 

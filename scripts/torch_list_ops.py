@@ -41,10 +41,7 @@ def main() -> None:
         "all_to_all": lambda: dist.all_to_all(outs, blocks, group=g),
         "all_to_all_single": lambda: dist.all_to_all_single(flat_out, flat_in, group=g),
     }
-    times = time_in_turns(ops, a.calls, a.rounds, g)
-    if dist.get_rank() == 0:
-        for name, v in times.items():
-            print(f"{name:24s}", " ".join(f"{x:8.1f}" for x in v))
+    time_in_turns(ops, a.calls, a.rounds, g)
     dist.destroy_process_group()
 
 

@@ -62,8 +62,9 @@ def parse_size(s: str) -> int:
 
 def time_in_turns(calls, n_calls: int, rounds: int, group) -> dict:
     """µs per call of each of `calls` (name -> function), each timed over `n_calls` calls after 20
-    warm-up calls and a barrier on `group`, taking turns for `rounds` rounds: {name: [µs, ...]}
-    (the scripts that compare ways of making one call: scripts/torch_call_paths.py)."""
+    warm-up calls and a barrier on `group`, taking turns for `rounds` rounds: {name: [µs, ...]},
+    which rank 0 prints, a line per name (the scripts that compare ways of making one call:
+    scripts/torch_call_paths.py)."""
     import torch.distributed as dist
 
     times = {name: [] for name in calls}
@@ -76,6 +77,9 @@ def time_in_turns(calls, n_calls: int, rounds: int, group) -> dict:
             for _ in range(n_calls):
                 call()
             times[name].append((time.perf_counter() - start) / n_calls * 1e6)
+    if dist.get_rank() == 0:
+        for name, v in times.items():
+            print(f"{name:24s}", " ".join(f"{x:8.1f}" for x in v))
     return times
 
 
