@@ -2,8 +2,10 @@
 cost of taking one tensor per rank (BENCHMARKS.md, "A list op's copies").
 
   all_gather               a list of p output tensors
+  all_gather(chunks)       the list: the chunks of one buffer (`list(flat.chunk(p))`)
   all_gather_into_tensor   one output tensor
   all_to_all               lists of p input and p output tensors
+  all_to_all(chunks)       the lists: the chunks of one buffer each
   all_to_all_single        one input and one output tensor
 
 SIZE is the bytes of one rank's block (float32). Run under torchrun, e.g.
@@ -35,10 +37,13 @@ def main() -> None:
     blocks = [torch.ones(k) for _ in range(n)]
     outs = [torch.empty(k) for _ in range(n)]
     flat_in, flat_out = torch.ones(n * k), torch.empty(n * k)
+    in_chunks, out_chunks = list(flat_in.chunk(n)), list(flat_out.chunk(n))
     ops = {
         "all_gather": lambda: dist.all_gather(outs, block, group=g),
+        "all_gather(chunks)": lambda: dist.all_gather(out_chunks, block, group=g),
         "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(flat_out, block, group=g),
         "all_to_all": lambda: dist.all_to_all(outs, blocks, group=g),
+        "all_to_all(chunks)": lambda: dist.all_to_all(out_chunks, in_chunks, group=g),
         "all_to_all_single": lambda: dist.all_to_all_single(flat_out, flat_in, group=g),
     }
     time_in_turns(ops, a.calls, a.rounds, g)

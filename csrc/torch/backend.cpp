@@ -188,21 +188,45 @@ struct Builder {
 
 namespace {
 
-// Where a list op's tensor `t` and its block of `flat` are copied as bytes: on the CPU, plain
-// (contiguous, same dtype, no conjugate or negative view, its own storage, no Python subclass)
-// and small enough that ATen would copy it on one thread too. An ATen copy costs about a microsecond of dispatch (narrow, view, copy_)
-// per tensor of the list (BENCHMARKS.md, "A list op's copies").
+// A tensor shoal may read or write through its pointer: on the CPU, contiguous, no conjugate or
+// negative view, its own storage, no Python subclass.
+bool plain_cpu(const at::Tensor& t) {
+  return t.device().is_cpu() && t.is_contiguous() && !t.is_conj() && !t.is_neg() && t.has_storage() &&
+         !t._is_zerotensor() && !t.key_set().has(c10::DispatchKey::Python);
+}
+// Where a list op's tensor `t` and its block of `flat` are copied as bytes: plain, of `flat`'s
+// dtype, and small enough that ATen would copy it on one thread too. An ATen copy costs about a
+// microsecond of dispatch (narrow, view, copy_) per tensor of the list (BENCHMARKS.md, "A list
+// op's copies").
 bool bytewise(const at::Tensor& t, const at::Tensor& flat) {
-  return t.device().is_cpu() && t.is_contiguous() && t.scalar_type() == flat.scalar_type() && !t.is_conj() &&
-         !t.is_neg() && t.numel() < at::internal::GRAIN_SIZE && t.has_storage() && !t._is_zerotensor() &&
-         !t.key_set().has(c10::DispatchKey::Python);
+  return plain_cpu(t) && t.scalar_type() == flat.scalar_type() && t.numel() < at::internal::GRAIN_SIZE;
 }
 uint8_t* bytes_at(const at::Tensor& flat, int64_t off) {
   return static_cast<uint8_t*>(flat.data_ptr()) + off * flat.element_size();
 }
 
-// Copies `ts` into consecutive blocks of the flat buffer `flat`.
-void pack(at::Tensor& flat, const std::vector<at::Tensor>& ts) {
+// `ts` as one flat tensor of `total` elements where they lie back to back in one storage, as the
+// chunks of one buffer do (`list(flat.chunk(p))`, ZeRO's partitions of its flat buffer): the op
+// then reads or writes them in place, with no copy. Undefined otherwise.
+at::Tensor back_to_back(const std::vector<at::Tensor>& ts, int64_t total) {
+  const at::Tensor* first = nullptr;
+  const uint8_t* next = nullptr;
+  for (const auto& t : ts) {
+    if (t.numel() == 0) continue;  // takes no room; its pointer may be anything
+    if (!plain_cpu(t) || (first && (t.scalar_type() != first->scalar_type() || !t.storage().is_alias_of(first->storage()))))
+      return {};
+    const auto* p = static_cast<const uint8_t*>(t.const_data_ptr());
+    if (next && p != next) return {};
+    if (!first) first = &t;
+    next = p + t.nbytes();
+  }
+  if (!first) return {};
+  at::NoGradGuard no_grad;
+  return first->as_strided({total}, {1});
+}
+
+// Copies `ts` into consecutive blocks of `flat`.
+void copy_into(at::Tensor& flat, const std::vector<at::Tensor>& ts) {
   int64_t off = 0;
   for (const auto& t : ts) {
     if (!bytewise(t, flat)) flat.narrow(0, off, t.numel()).view(t.sizes()).copy_(t);
@@ -210,9 +234,34 @@ void pack(at::Tensor& flat, const std::vector<at::Tensor>& ts) {
     off += t.numel();
   }
 }
-// Registers the copy of consecutive blocks of `flat` into `ts` when the op has completed.
-void unpack_later(Builder& b, const at::Tensor& flat, const std::vector<at::Tensor>& ts) {
+// The flat buffer of `total` elements an op reads the tensors `ts` from, in that order: theirs
+// where they lie back to back and do not overlap `apart` (what the op writes), else a scratch
+// buffer they are copied into now.
+at::Tensor packed(Builder& b, const std::vector<at::Tensor>& ts, int64_t total, const at::Tensor& like,
+                  const at::Tensor& apart = at::Tensor()) {
+  at::Tensor flat = back_to_back(ts, total);
+  if (flat.defined() && !(apart.defined() && overlaps(flat, apart))) return b.keep(flat);
+  flat = b.scratch(total, like);
+  copy_into(flat, ts);
+  return flat;
+}
+// The flat buffer of `total` elements an op writes the tensors `ts` through, in that order (and
+// reads them from first, if `read_first`): theirs where they lie back to back, else a scratch
+// buffer copied into them when the op has completed. Either way their versions move, as with
+// copy_ (autograd's check).
+at::Tensor unpacked_later(Builder& b, const std::vector<at::Tensor>& ts, int64_t total, const at::Tensor& like,
+                          bool read_first = false) {
   for (const auto& t : ts) b.after_current_stream(t);
+  at::Tensor flat = back_to_back(ts, total);
+  if (flat.defined()) {
+    b.then([ts]() mutable {
+      for (auto& t : ts)
+        if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
+    });
+    return b.keep(flat);
+  }
+  flat = b.scratch(total, like);
+  if (read_first) copy_into(flat, ts);
   b.then([flat, ts]() mutable {
     int64_t off = 0;
     for (auto& t : ts) {
@@ -220,11 +269,12 @@ void unpack_later(Builder& b, const at::Tensor& flat, const std::vector<at::Tens
         t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
       } else if (t.numel() > 0) {
         std::memcpy(t.data_ptr(), bytes_at(flat, off), t.nbytes());
-        if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();  // as copy_ (autograd's check)
+        if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
       }
       off += t.numel();
     }
   });
+  return flat;
 }
 
 std::exception_ptr torch_error(const std::string& context, std::exception_ptr e) {
@@ -620,9 +670,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::allreduce_coalesced(std::vector<at:
   int64_t total = 0;
   for (const auto& t : tensors) total += t.numel();
   Builder b;
-  at::Tensor flat = b.scratch(total, tensors[0]);
-  pack(flat, tensors);
-  unpack_later(b, flat, tensors);
+  at::Tensor flat = unpacked_later(b, tensors, total, tensors[0], /*read_first=*/true);
   b.op([=](auto& c, auto o) {
     return c.allreduce(flat.data_ptr(), flat.data_ptr(), static_cast<size_t>(total), dt, op, o);
   });
@@ -665,9 +713,9 @@ void add_allgather_list(Builder& b, const at::Tensor& in, const std::vector<at::
   }
   TORCH_CHECK(outs[rank].numel() == in.numel(), "shoal: ", what, ": output tensor ", rank, " has ", outs[rank].numel(),
               " elements but the input has ", in.numel());
+  at::Tensor flat = unpacked_later(b, outs, total, in);
   at::Tensor src = b.in(in);
-  at::Tensor flat = b.scratch(total, in);
-  unpack_later(b, flat, outs);
+  if (overlaps(src, flat)) src = b.keep(src.clone());  // in place: a chunk of the output
   b.op([=](auto& c, auto o) { return c.allgatherv(src.data_ptr(), flat.data_ptr(), counts, m.dt, o); });
 }
 
@@ -775,8 +823,8 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::gather(std::vector<std::vector<at::
       TORCH_CHECK(o.numel() == t.numel(), "shoal: gather: every output tensor must have as many elements as the input (",
                   t.numel(), "), got ", o.numel());
     }
-    flat = b.scratch(t.numel() * size_, t);
-    unpack_later(b, flat, outs);
+    flat = unpacked_later(b, outs, t.numel() * size_, t);
+    if (overlaps(in, flat)) in = b.keep(in.clone());  // in place: a chunk of the output
   }
   b.op([=](auto& c, auto o) { return c.gather(in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, n, m.dt, root, o); });
   return launch(c10d::OpType::GATHER, "shoal:gather", inputs, outs, b, opts.asyncOp);
@@ -791,6 +839,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::scatter(std::vector<at::Tensor>& ou
   Move m = move_type(t);
   size_t n = elems(t, m);
   Builder b;
+  at::Tensor out = b.out(t);
   at::Tensor flat;
   std::vector<at::Tensor> ins;
   if (rank_ == root) {
@@ -802,10 +851,8 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::scatter(std::vector<at::Tensor>& ou
       TORCH_CHECK(i.numel() == t.numel(), "shoal: scatter: every input tensor must have as many elements as the output (",
                   t.numel(), "), got ", i.numel());
     }
-    flat = b.scratch(t.numel() * size_, t);
-    pack(flat, ins);
+    flat = packed(b, ins, t.numel() * size_, t, out);
   }
-  at::Tensor out = b.out(t);
   b.op([=](auto& c, auto o) { return c.scatter(flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), n, m.dt, root, o); });
   return launch(c10d::OpType::SCATTER, "shoal:scatter", ins, outputs, b, opts.asyncOp);
 }
@@ -824,9 +871,8 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::reduce_scatter(std::vector<at::Tens
                 t.numel(), "), got ", i.numel(), " (uneven reduce_scatter is not supported)");
   }
   Builder b;
-  at::Tensor flat = b.scratch(t.numel() * size_, t);
-  pack(flat, inputs[0]);
   at::Tensor out = b.out(t);
+  at::Tensor flat = packed(b, inputs[0], t.numel() * size_, t, out);
   size_t n = t.numel();
   b.op([=](auto& c, auto o) { return c.reduce_scatter(flat.data_ptr(), out.data_ptr(), n, dt, op, o); });
   return launch(c10d::OpType::REDUCE_SCATTER, "shoal:reduce_scatter", inputs[0], outputs, b, opts.asyncOp);
@@ -911,10 +957,8 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::alltoall(std::vector<at::Tensor>& o
     got += outputs[r].numel();
   }
   Builder b;
-  at::Tensor flat_in = b.scratch(sent, inputs[0]);
-  pack(flat_in, inputs);
-  at::Tensor flat_out = b.scratch(got, inputs[0]);
-  unpack_later(b, flat_out, outputs);
+  at::Tensor flat_out = unpacked_later(b, outputs, got, inputs[0]);
+  at::Tensor flat_in = packed(b, inputs, sent, inputs[0], flat_out);
   b.op([=](auto& c, auto o) {
     return c.alltoallv(flat_in.data_ptr(), send_counts, flat_out.data_ptr(), recv_counts, m.dt, o);
   });

@@ -382,6 +382,64 @@ def w_waited_at_once(rank, n):
     assert torch.equal(c, torch.full((4,), 2.0 * n)), c
 
 
+def w_chunks_of_one_buffer(rank, n, dtype):
+    """List ops on the chunks of one flat buffer (`list(flat.chunk(n))`, ZeRO's partitions): the
+    backend reads and writes them in place; in place (the input a chunk of the output, the output
+    a chunk of the input), chunks in another order, and sizes on both sides of ATen's grain size."""
+    for k in (3, 40000):
+        blocks = [data(r, (k,), dtype, seed=20) for r in range(n)]
+        # all_gather into chunks, then in place (the input is this rank's chunk).
+        flat = torch.empty(n * k, dtype=dtype)
+        chunks = list(flat.chunk(n))
+        versions = [c._version for c in chunks]
+        dist.all_gather(chunks, blocks[rank])
+        assert_equal(flat, torch.cat(blocks), f"all_gather into chunks, {k}")
+        assert all(c._version > v for c, v in zip(chunks, versions))
+        flat = torch.zeros(n * k, dtype=dtype)
+        chunks = list(flat.chunk(n))
+        chunks[rank].copy_(blocks[rank])
+        dist.all_gather(chunks, chunks[rank])
+        assert_equal(flat, torch.cat(blocks), f"all_gather in place, {k}")
+        # Chunks in reverse order: back to back, but not in rank order.
+        flat = torch.empty(n * k, dtype=dtype)
+        chunks = list(flat.chunk(n))[::-1]
+        dist.all_gather(chunks, blocks[rank])
+        assert_equal(flat, torch.cat(blocks[::-1]), f"all_gather into reversed chunks, {k}")
+        # all_to_all between chunked buffers; block j of rank r's input goes to rank j.
+        send = torch.cat([data(rank * 10 + j, (k,), dtype, seed=21) for j in range(n)])
+        recv = torch.empty(n * k, dtype=dtype)
+        dist.all_to_all(list(recv.chunk(n)), list(send.chunk(n)))
+        assert_equal(recv, torch.cat([data(r * 10 + rank, (k,), dtype, seed=21) for r in range(n)]),
+                     f"all_to_all between chunks, {k}")
+        # gather and scatter at root 0 through chunks.
+        if rank == 0:
+            flat = torch.empty(n * k, dtype=dtype)
+            dist.gather(blocks[rank], gather_list=list(flat.chunk(n)), dst=0)
+            assert_equal(flat, torch.cat(blocks), f"gather into chunks, {k}")
+        else:
+            dist.gather(blocks[rank], dst=0)
+        src = torch.cat([data(100 + r, (k,), dtype, seed=22) for r in range(n)])
+        out = torch.empty(k, dtype=dtype)
+        dist.scatter(out, scatter_list=list(src.chunk(n)) if rank == 0 else None, src=0)
+        assert_equal(out, data(100 + rank, (k,), dtype, seed=22), f"scatter from chunks, {k}")
+        if dtype in DTYPES and supported(dtype, "SUM"):
+            # reduce_scatter from chunks, then in place (the output is this rank's chunk).
+            ins = torch.cat([data(rank * 10 + j, (k,), dtype, seed=23) for j in range(n)])
+            expected = reduce_ref([data(r * 10 + rank, (k,), dtype, seed=23) for r in range(n)], "SUM", dtype)
+            out = torch.empty(k, dtype=dtype)
+            dist.reduce_scatter(out, list(ins.chunk(n)))
+            assert_equal(out, expected, f"reduce_scatter from chunks, {k}")
+            chunks = list(ins.chunk(n))
+            dist.reduce_scatter(chunks[rank], chunks)
+            assert_equal(chunks[rank], expected, f"reduce_scatter in place, {k}")
+            # all_reduce_coalesced of a bucket's views.
+            bucket = data(rank, (3 * k,), dtype, seed=24)
+            views = [bucket[:k], bucket[k:2 * k].view(1, k), bucket[2 * k:]]
+            want = reduce_ref([data(r, (3 * k,), dtype, seed=24) for r in range(n)], "SUM", dtype)
+            dist.all_reduce_coalesced(views)
+            assert_equal(bucket, want, f"all_reduce_coalesced of views, {k}")
+
+
 def w_noncontiguous(rank, n):
     base = data(rank, (6, 8), torch.float32, seed=15)
     t = base.t()  # transposed view: not contiguous
@@ -569,6 +627,11 @@ def test_async_and_futures(group):
 
 def test_waited_at_once(group):
     group.run(w_waited_at_once)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int8, torch.bfloat16], ids=dtype_id)
+def test_chunks_of_one_buffer(group, dtype):
+    group.run(w_chunks_of_one_buffer, dtype)
 
 
 def test_noncontiguous(group):
