@@ -211,7 +211,9 @@ uint8_t* bytes_at(const at::Tensor& flat, int64_t off) {
 at::Tensor back_to_back(const std::vector<at::Tensor>& ts, int64_t total) {
   const at::Tensor* first = nullptr;
   const uint8_t* next = nullptr;
+  int64_t sum = 0;
   for (const auto& t : ts) {
+    sum += t.numel();
     if (t.numel() == 0) continue;  // takes no room; its pointer may be anything
     if (!plain_cpu(t) || (first && (t.scalar_type() != first->scalar_type() || !t.storage().is_alias_of(first->storage()))))
       return {};
@@ -220,7 +222,7 @@ at::Tensor back_to_back(const std::vector<at::Tensor>& ts, int64_t total) {
     if (!first) first = &t;
     next = p + t.nbytes();
   }
-  if (!first) return {};
+  if (!first || sum != total) return {};
   at::NoGradGuard no_grad;
   return first->as_strided({total}, {1});
 }
@@ -780,6 +782,13 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::allgather_coalesced(std::vector<std
   TORCH_CHECK(static_cast<int>(output_lists.size()) == size_, "shoal: allgather_coalesced needs one output list per rank (",
               size_, "), got ", output_lists.size());
   Builder b;
+  // Each allgather writes its outputs, in place where they are chunks of one buffer, before the
+  // next reads its input: an input that overlaps any output is read from a copy made now.
+  std::vector<at::Tensor> ins = inputs;
+  const std::vector<at::Tensor> all_outs = flatten(output_lists);
+  for (auto& in : ins)
+    if (std::any_of(all_outs.begin(), all_outs.end(), [&](const at::Tensor& o) { return overlaps(in, o); }))
+      in = b.keep(in.clone());
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::vector<at::Tensor> outs;
     for (int r = 0; r < size_; ++r) {
@@ -787,9 +796,9 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::allgather_coalesced(std::vector<std
                   output_lists[r].size(), " tensors, expected ", inputs.size());
       outs.push_back(output_lists[r][i]);
     }
-    add_allgather_list(b, inputs[i], outs, rank_, size_, "allgather_coalesced");
+    add_allgather_list(b, ins[i], outs, rank_, size_, "allgather_coalesced");
   }
-  return launch(c10d::OpType::ALLGATHER_COALESCED, "shoal:allgather_coalesced", inputs, flatten(output_lists), b, opts.asyncOp);
+  return launch(c10d::OpType::ALLGATHER_COALESCED, "shoal:allgather_coalesced", inputs, all_outs, b, opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> BackendShoal::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,

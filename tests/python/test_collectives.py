@@ -405,23 +405,48 @@ def w_chunks_of_one_buffer(rank, n, dtype):
         chunks = list(flat.chunk(n))[::-1]
         dist.all_gather(chunks, blocks[rank])
         assert_equal(flat, torch.cat(blocks[::-1]), f"all_gather into reversed chunks, {k}")
+        # An empty block first (rank 0 gives none): it takes no room.
+        if n > 1:
+            flat = torch.empty((n - 1) * k, dtype=dtype)
+            outs = [flat[:0]] + list(flat.chunk(n - 1))
+            dist.all_gather(outs, blocks[rank] if rank else torch.empty(0, dtype=dtype))
+            assert_equal(flat, torch.cat(blocks[1:]), f"all_gather after an empty block, {k}")
+        # The same chunk listed twice: not back to back (the gather's blocks land in order).
+        if n == 2:
+            same = torch.empty(k, dtype=dtype)
+            dist.all_gather([same, same], blocks[rank])
+            assert_equal(same, blocks[1], f"all_gather into one chunk twice, {k}")
         # all_to_all between chunked buffers; block j of rank r's input goes to rank j.
         send = torch.cat([data(rank * 10 + j, (k,), dtype, seed=21) for j in range(n)])
         recv = torch.empty(n * k, dtype=dtype)
         dist.all_to_all(list(recv.chunk(n)), list(send.chunk(n)))
         assert_equal(recv, torch.cat([data(r * 10 + rank, (k,), dtype, seed=21) for r in range(n)]),
                      f"all_to_all between chunks, {k}")
+        # ... in place: the same chunks in and out.
+        dist.all_to_all(list(send.chunk(n)), list(send.chunk(n)))
+        assert_equal(send, torch.cat([data(r * 10 + rank, (k,), dtype, seed=21) for r in range(n)]),
+                     f"all_to_all in place, {k}")
         # gather and scatter at root 0 through chunks.
         if rank == 0:
             flat = torch.empty(n * k, dtype=dtype)
             dist.gather(blocks[rank], gather_list=list(flat.chunk(n)), dst=0)
             assert_equal(flat, torch.cat(blocks), f"gather into chunks, {k}")
+            flat = torch.zeros(n * k, dtype=dtype)
+            chunks = list(flat.chunk(n))
+            chunks[0].copy_(blocks[0])
+            dist.gather(chunks[0], gather_list=chunks, dst=0)  # in place: the input is a chunk
+            assert_equal(flat, torch.cat(blocks), f"gather in place, {k}")
         else:
+            dist.gather(blocks[rank], dst=0)
             dist.gather(blocks[rank], dst=0)
         src = torch.cat([data(100 + r, (k,), dtype, seed=22) for r in range(n)])
         out = torch.empty(k, dtype=dtype)
         dist.scatter(out, scatter_list=list(src.chunk(n)) if rank == 0 else None, src=0)
         assert_equal(out, data(100 + rank, (k,), dtype, seed=22), f"scatter from chunks, {k}")
+        chunks = list(src.chunk(n))
+        out = chunks[0] if rank == 0 else torch.empty(k, dtype=dtype)
+        dist.scatter(out, scatter_list=chunks if rank == 0 else None, src=0)  # the root's out is a chunk
+        assert_equal(out, data(100 + rank, (k,), dtype, seed=22), f"scatter in place, {k}")
         if dtype in DTYPES and supported(dtype, "SUM"):
             # reduce_scatter from chunks, then in place (the output is this rank's chunk).
             ins = torch.cat([data(rank * 10 + j, (k,), dtype, seed=23) for j in range(n)])
