@@ -35,7 +35,7 @@ import argparse
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 if TYPE_CHECKING:
     import torch
@@ -60,7 +60,7 @@ def parse_size(s: str) -> int:
     return int(float(s[: len(s) - len(unit)]) * UNITS[unit])
 
 
-def time_in_turns(calls, n_calls: int, rounds: int, group) -> dict:
+def time_in_turns(calls: Dict[str, Callable[[], Any]], n_calls: int, rounds: int, group: Any) -> Dict[str, List[float]]:
     """µs per call of each of `calls` (name -> function), each timed over `n_calls` calls after 20
     warm-up calls and a barrier on `group`, taking turns for `rounds` rounds: {name: [µs, ...]},
     which rank 0 prints, a line per name (the scripts that compare ways of making one call:
