@@ -188,11 +188,16 @@ struct Builder {
 
 namespace {
 
-// A tensor shoal may read or write through its pointer: on the CPU, contiguous, no conjugate or
-// negative view, its own storage, no Python subclass.
+// A tensor whose bytes a list op copies, or reads and writes in place with others: one the
+// Builder uses directly that also has no conjugate or negative view, has its own storage and is
+// no Python subclass.
 bool plain_cpu(const at::Tensor& t) {
-  return t.device().is_cpu() && t.is_contiguous() && !t.is_conj() && !t.is_neg() && t.has_storage() &&
-         !t._is_zerotensor() && !t.key_set().has(c10::DispatchKey::Python);
+  return Builder::direct(t) && !t.is_conj() && !t.is_neg() && t.has_storage() && !t._is_zerotensor() &&
+         !t.key_set().has(c10::DispatchKey::Python);
+}
+// `t` was written through its pointer: its version moves, as with copy_ (autograd's check).
+void mark_written(const at::Tensor& t) {
+  if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
 }
 // Where a list op's tensor `t` and its block of `flat` are copied as bytes: plain, of `flat`'s
 // dtype, and small enough that ATen would copy it on one thread too. An ATen copy costs about a
@@ -257,8 +262,7 @@ at::Tensor unpacked_later(Builder& b, const std::vector<at::Tensor>& ts, int64_t
   at::Tensor flat = back_to_back(ts, total);
   if (flat.defined()) {
     b.then([ts]() mutable {
-      for (auto& t : ts)
-        if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
+      for (auto& t : ts) mark_written(t);
     });
     return b.keep(flat);
   }
@@ -271,7 +275,7 @@ at::Tensor unpacked_later(Builder& b, const std::vector<at::Tensor>& ts, int64_t
         t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
       } else if (t.numel() > 0) {
         std::memcpy(t.data_ptr(), bytes_at(flat, off), t.nbytes());
-        if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
+        mark_written(t);
       }
       off += t.numel();
     }

@@ -1,7 +1,6 @@
 #include "shoal/doctor.h"
 
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
@@ -18,6 +17,7 @@
 #include <memory>
 #include <thread>
 
+#include "base/cpus.h"
 #include "base/params.h"
 #include "core/rendezvous.h"
 #include "base/text.h"
@@ -88,13 +88,11 @@ void shoal_section(Items& out) {
 
 void cpu_section(Items& out, int ranks) {
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : static_cast<int>(online);
+  const int allowed = cpus_in_union({affinity_text()});  // as the rendezvous counts them
   out.push_back({"cpu", "model", cpu_model()});
   out.push_back({"cpu", "cores online", std::to_string(online)});
   out.push_back({"cpu", "cores this process may use", std::to_string(allowed)});
-  // As the rendezvous decides (base/cpus.h), for ranks that all have this process's affinity.
+  // As the rendezvous decides, for ranks that all have this process's affinity.
   out.push_back({"cpu", "ranks per core",
                  ranks <= allowed ? std::to_string(ranks) + " ranks on " + std::to_string(allowed) +
                                         " cores: each rank may have a core, waiters spin briefly (SHOAL_SPIN_US)"
