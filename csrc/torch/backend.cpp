@@ -136,7 +136,14 @@ struct Builder {
   WorkShoal::Plan plan;
   std::vector<OpFn> ops;
 
-  static bool direct(const at::Tensor& t) { return t.device().is_cpu() && t.is_contiguous(); }
+  // A tensor whose bytes are its values, on the CPU: shoal reads and writes it in place. A
+  // conjugate or negative view's bytes are not its values (torch's dispatcher resolves them before
+  // a backend's op, the Ray group calls the backend directly), a zero tensor and a Python subclass
+  // may have no storage of their own: each is staged, through ATen's copy.
+  static bool direct(const at::Tensor& t) {
+    return t.device().is_cpu() && t.is_contiguous() && !t.is_conj() && !t.is_neg() && t.has_storage() &&
+           !t._is_zerotensor() && !t.key_set().has(c10::DispatchKey::Python);
+  }
   static at::Tensor host_like(const at::Tensor& t) {
     auto o = t.options().device(at::kCPU);
     if (!t.device().is_cpu()) o = o.pinned_memory(true);
@@ -188,23 +195,16 @@ struct Builder {
 
 namespace {
 
-// A tensor whose bytes a list op copies, or reads and writes in place with others: one the
-// Builder uses directly that also has no conjugate or negative view, has its own storage and is
-// no Python subclass.
-bool plain_cpu(const at::Tensor& t) {
-  return Builder::direct(t) && !t.is_conj() && !t.is_neg() && t.has_storage() && !t._is_zerotensor() &&
-         !t.key_set().has(c10::DispatchKey::Python);
-}
 // `t` was written through its pointer: its version moves, as with copy_ (autograd's check).
 void mark_written(const at::Tensor& t) {
   if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
 }
-// Where a list op's tensor `t` and its block of `flat` are copied as bytes: plain, of `flat`'s
-// dtype, and small enough that ATen would copy it on one thread too. An ATen copy costs about a
-// microsecond of dispatch (narrow, view, copy_) per tensor of the list (BENCHMARKS.md, "A list
-// op's copies").
+// Where a list op's tensor `t` and its block of `flat` are copied as bytes: one the Builder uses
+// directly, of `flat`'s dtype, and small enough that ATen would copy it on one thread too. An ATen
+// copy costs about a microsecond of dispatch (narrow, view, copy_) per tensor of the list
+// (BENCHMARKS.md, "A list op's copies").
 bool bytewise(const at::Tensor& t, const at::Tensor& flat) {
-  return plain_cpu(t) && t.scalar_type() == flat.scalar_type() && t.numel() < at::internal::GRAIN_SIZE;
+  return Builder::direct(t) && t.scalar_type() == flat.scalar_type() && t.numel() < at::internal::GRAIN_SIZE;
 }
 uint8_t* bytes_at(const at::Tensor& flat, int64_t off) {
   return static_cast<uint8_t*>(flat.data_ptr()) + off * flat.element_size();
@@ -220,7 +220,7 @@ at::Tensor back_to_back(const std::vector<at::Tensor>& ts, int64_t total) {
   for (const auto& t : ts) {
     sum += t.numel();
     if (t.numel() == 0) continue;  // takes no room; its pointer may be anything
-    if (!plain_cpu(t) || (first && (t.scalar_type() != first->scalar_type() || !t.storage().is_alias_of(first->storage()))))
+    if (!Builder::direct(t) || (first && (t.scalar_type() != first->scalar_type() || !t.storage().is_alias_of(first->storage()))))
       return {};
     const auto* p = static_cast<const uint8_t*>(t.const_data_ptr());
     if (next && p != next) return {};

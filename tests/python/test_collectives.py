@@ -495,6 +495,30 @@ def w_noncontiguous(rank, n):
     assert rs.tolist() == [float(n)] * 2
 
 
+def w_views_with_bits(rank, n):
+    """Conjugate and negative views given to the backend itself, as the Ray group gives them: their
+    bytes are not their values, so the op must see the values. (torch's dispatcher resolves these
+    views before a backend's op is called; a call on the backend bypasses it.)"""
+    be = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    z = torch.complex(data(0, (5,), torch.float32, seed=16), data(0, (5,), torch.float32, seed=17))
+    src = z.conj() if rank == 0 else torch.zeros_like(z)
+    be.broadcast([src]).wait()
+    assert_equal(src, z.conj().resolve_conj(), "broadcast from a conjugate view")
+    dst = z.clone() if rank == 0 else torch.zeros_like(z).conj()
+    be.broadcast([dst]).wait()
+    assert_equal(dst.resolve_conj(), z, "broadcast into a conjugate view")
+    out = torch.zeros(n * 5, dtype=torch.complex64)
+    be._allgather_base(out, z.conj()).wait()
+    assert_equal(out, z.conj().resolve_conj().repeat(n), "all_gather_into_tensor of conjugate views")
+    x = data(rank, (7,), torch.float32, seed=18)
+    neg = torch._neg_view(x.clone())
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = dist.ReduceOp.MAX
+    be.allreduce([neg], opts).wait()
+    expected = torch.stack([-data(r, (7,), torch.float32, seed=18) for r in range(n)]).amax(0)
+    assert_equal(neg.resolve_neg(), expected, "all_reduce MAX of negative views")
+
+
 def w_empty(rank, n):
     t = torch.empty(0)
     dist.all_reduce(t)
@@ -661,6 +685,10 @@ def test_chunks_of_one_buffer(group, dtype):
 
 def test_noncontiguous(group):
     group.run(w_noncontiguous)
+
+
+def test_views_with_bits(group):
+    group.run(w_views_with_bits)
 
 
 def test_empty_tensors(group):
