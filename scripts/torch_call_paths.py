@@ -8,8 +8,9 @@ shoal's (BENCHMARKS.md, "Through torch: where a call's time goes"):
 
 Run under torchrun, e.g. `.venv/bin/torchrun --nproc-per-node 2 scripts/torch_call_paths.py 2M`.
 Rank 0 prints µs per call for each path, one column per round (the paths take turns each round).
-`--sched` then times each path once more and prints what the scheduler gave each rank per call
-(from /proc/self/schedstat: time on a CPU, time runnable but queued, times scheduled in);
+`--sched` then runs each path once more and prints what the scheduler gave each rank's calling
+thread per call (from /proc/thread-self/schedstat: time on a CPU, time runnable but queued, times
+scheduled in; with asyncOp False every path runs its op on that thread);
 `--busy US` spins that long in Python before each call, as a program's own work between calls.
 """
 
@@ -58,10 +59,11 @@ def main() -> None:
             mine = [(y - x) / a.calls for x, y in zip(before, after)]
             every = [None] * dist.get_world_size()
             dist.all_gather_object(every, mine, group=g)
+            if dist.get_rank() != 0:
+                continue
             for r, (run, queued, slices) in enumerate(every):
-                if dist.get_rank() == 0:
-                    print(f"{name:24s} rank {r}: on a CPU {run / 1e3:6.1f} µs, queued {queued / 1e3:6.1f} µs, "
-                          f"scheduled in {slices:4.2f} times per call")
+                print(f"{name:24s} rank {r}: on a CPU {run / 1e3:6.1f} µs, queued {queued / 1e3:6.1f} µs, "
+                      f"scheduled in {slices:4.2f} times per call")
     dist.destroy_process_group()
 
 

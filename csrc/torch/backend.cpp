@@ -137,12 +137,15 @@ struct Builder {
   std::vector<OpFn> ops;
 
   // A tensor whose bytes are its values, on the CPU: shoal reads and writes it in place. A
-  // conjugate or negative view's bytes are not its values (torch's dispatcher resolves them before
-  // a backend's op, the Ray group calls the backend directly), a zero tensor and a Python subclass
-  // may have no storage of their own: each is staged, through ATen's copy.
+  // conjugate or negative view's bytes are not its values, and a zero tensor or a Python subclass
+  // may have no storage of its own: each is staged, through ATen's copy. (torch.distributed never
+  // hands a backend such a view, it refuses them; a call on the backend itself does: the Ray
+  // group, shoal.torch.all_reduce_, callers of ProcessGroup._get_backend.) The key tests come
+  // first: a Python subclass may answer device() and is_contiguous() in Python.
   static bool direct(const at::Tensor& t) {
-    return t.device().is_cpu() && t.is_contiguous() && !t.is_conj() && !t.is_neg() && t.has_storage() &&
-           !t._is_zerotensor() && !t.key_set().has(c10::DispatchKey::Python);
+    static const c10::DispatchKeySet staged{c10::DispatchKey::Conjugate, c10::DispatchKey::Negative,
+                                            c10::DispatchKey::ZeroTensor, c10::DispatchKey::Python};
+    return !t.key_set().has_any(staged) && t.has_storage() && t.device().is_cpu() && t.is_contiguous();
   }
   static at::Tensor host_like(const at::Tensor& t) {
     auto o = t.options().device(at::kCPU);
@@ -163,6 +166,7 @@ struct Builder {
   // A tensor shoal writes (and reads first when `copy_in`): copied back into `t` on success.
   at::Tensor out(const at::Tensor& t, bool copy_in = false) {
     if (direct(t)) return keep(t);
+    TORCH_CHECK(!t._is_zerotensor(), "shoal: a zero tensor cannot receive a collective's result (it is immutable)");
     after_current_stream(t);
     at::Tensor b = host_like(t);
     if (copy_in) b.copy_(t);
@@ -626,7 +630,7 @@ std::exception_ptr BackendShoal::run_blocking(const OpFn& op) {
 }
 
 bool BackendShoal::allreduce_inline(at::Tensor& t, const c10d::ReduceOp& rop) {
-  if (!t.device().is_cpu() || t.layout() != c10::kStrided || !t.is_contiguous() || t.is_complex()) return false;
+  if (t.layout() != c10::kStrided || !Builder::direct(t) || t.is_complex()) return false;
   const shoal::DType dt = reduce_dtype(t, "all_reduce_");
   const shoal::ReduceOp op = reduce_op(rop, dt, t, "all_reduce_");
   ++seq_;

@@ -496,27 +496,42 @@ def w_noncontiguous(rank, n):
 
 
 def w_views_with_bits(rank, n):
-    """Conjugate and negative views given to the backend itself, as the Ray group gives them: their
-    bytes are not their values, so the op must see the values. (torch's dispatcher resolves these
-    views before a backend's op is called; a call on the backend bypasses it.)"""
+    """Tensors whose bytes are not their values, given to the backend itself as the Ray group and
+    shoal.torch.all_reduce_ give them (torch.distributed refuses conjugate and negative views before
+    a backend sees them): each op must see the values. On the CPU only: other devices' tensors
+    are staged whatever their views."""
     be = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
-    z = torch.complex(data(0, (5,), torch.float32, seed=16), data(0, (5,), torch.float32, seed=17))
-    src = z.conj() if rank == 0 else torch.zeros_like(z)
+    z = [torch.complex(data(r, (5,), torch.float32, seed=16), data(r, (5,), torch.float32, seed=17)) for r in range(n)]
+    src = z[0].conj() if rank == 0 else torch.zeros_like(z[0])
     be.broadcast([src]).wait()
-    assert_equal(src, z.conj().resolve_conj(), "broadcast from a conjugate view")
-    dst = z.clone() if rank == 0 else torch.zeros_like(z).conj()
+    assert_equal(src, z[0].conj().resolve_conj(), "broadcast from a conjugate view")
+    dst = z[0].clone() if rank == 0 else torch.zeros_like(z[0]).conj()
     be.broadcast([dst]).wait()
-    assert_equal(dst.resolve_conj(), z, "broadcast into a conjugate view")
+    assert_equal(dst.resolve_conj(), z[0], "broadcast into a conjugate view")
     out = torch.zeros(n * 5, dtype=torch.complex64)
-    be._allgather_base(out, z.conj()).wait()
-    assert_equal(out, z.conj().resolve_conj().repeat(n), "all_gather_into_tensor of conjugate views")
-    x = data(rank, (7,), torch.float32, seed=18)
-    neg = torch._neg_view(x.clone())
+    be._allgather_base(out, z[rank].conj()).wait()
+    assert_equal(out, torch.cat([t.conj().resolve_conj() for t in z]), "all_gather_into_tensor of conjugate views")
+
     opts = dist.AllreduceOptions()
     opts.reduceOp = dist.ReduceOp.MAX
-    be.allreduce([neg], opts).wait()
     expected = torch.stack([-data(r, (7,), torch.float32, seed=18) for r in range(n)]).amax(0)
+    neg = torch._neg_view(data(rank, (7,), torch.float32, seed=18))
+    be.allreduce([neg], opts).wait()
     assert_equal(neg.resolve_neg(), expected, "all_reduce MAX of negative views")
+    neg = torch._neg_view(data(rank, (7,), torch.float32, seed=18))
+    assert not be.allreduce_inline(neg, dist.ReduceOp(dist.ReduceOp.MAX)), "the blocking call leaves a view to the backend"
+    be.allreduce([neg], opts).wait()  # as the Ray group goes on
+    assert_equal(neg.resolve_neg(), expected, "all_reduce MAX of negative views, after the blocking call's refusal")
+
+    zero = torch._efficientzerotensor(5)
+    got = zero if rank == 0 else torch.ones(5)
+    be.broadcast([got]).wait()
+    assert torch.equal(got, torch.zeros(5)), "broadcast from a zero tensor"
+    with pytest.raises(RuntimeError, match="zero tensor"):
+        be.allreduce([torch._efficientzerotensor(3)], opts)
+    t = torch.full((3,), float(rank))
+    be.allreduce([t], opts).wait()
+    assert t.tolist() == [float(n - 1)] * 3, "the group after a refused output"
 
 
 def w_empty(rank, n):

@@ -97,7 +97,8 @@ def all_reduce_(tensor: torch.Tensor, op: Any = _SUM, group: Optional[dist.Proce
     group, without torch.distributed's Python, Work or future: the op runs on this thread and is
     done when this returns (as DeepSpeed's ``inference_all_reduce_``, for CPU tensor-parallel
     inference, where a small all_reduce per layer makes torch's per-call cost count). Other tensors
-    (not contiguous, not on the CPU, sparse, complex) go through ``torch.distributed.all_reduce``.
+    (not contiguous, not on the CPU, sparse, complex, a conjugate or negative view, a zero tensor,
+    a tensor subclass) go through ``torch.distributed.all_reduce``.
     Returns `tensor`."""
     entry = _inline.get(group)
     # The default group is looked up again when it changed (destroyed and made anew).
