@@ -3,6 +3,7 @@
 // tests drive many back-to-back direct ops with ranks deliberately out of step (random delays,
 // point-to-point traffic in between, small and chunked ops mixed), and check every result: a
 // rank overwriting a slot that a slow peer is still reading would show up as a wrong sum.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -639,3 +640,37 @@ TEST_P(DirectAlltoallvSizes, UnevenBlocksInPlaceAndNot) {
 INSTANTIATE_TEST_SUITE_P(All, DirectAlltoallvSizes,
                          ::testing::Combine(::testing::Values(2, 3, 5, 8), ::testing::Values("scratch", "pairwise")),
                          [](const auto& info) { return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param); });
+
+// A group maps the small ops' slots into its processes when it is made (ShmGroupImpl::prefault):
+// the first small ops, whose slots rotate through pages no op has touched yet, take no more page
+// faults than the same ops once every slot has been used. Without that, each of the first 16 ops
+// of 4 KiB faults on its own data slot and on its peer's (in a virtual machine a fault costs tens
+// of microseconds: BENCHMARKS.md, "A group's first small ops"). The second round counts the
+// faults that are not the scratch's (a sanitizer's allocator hands out fresh pages).
+TEST(DirectReuse, AGroupsFirstSmallOpsTakeNoPageFaults) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's shadow of the scratch takes its pages at the first ops";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "a sanitizer's shadow of the scratch takes its pages at the first ops";
+#endif
+#endif
+  ASSERT_TRUE(run_ranks(2, Env{{"SHOAL_TRANSPORT", "auto"}}, [](Communicator& c) {
+    std::vector<float> in(1024, 1.0f), out(1024, 0.0f);
+    CallOptions o;
+    o.blocking = true;
+    c.allreduce(in.data(), out.data(), in.size(), DType::f32, ReduceOp::sum, o);  // lazy state outside the scratch
+    auto faults_in_a_round = [&] {
+      rusage before{}, after{};
+      getrusage(RUSAGE_SELF, &before);
+      for (int i = 0; i < 2 * algo::direct::kSmallDataSlots; ++i)
+        c.allreduce(in.data(), out.data(), in.size(), DType::f32, ReduceOp::sum, o);
+      getrusage(RUSAGE_SELF, &after);
+      SH_CHECK(out[0] == 2.0f && out[1023] == 2.0f) << out[0];
+      return after.ru_minflt - before.ru_minflt;
+    };
+    const long first = faults_in_a_round(), again = faults_in_a_round();
+    SH_CHECK(first - again < algo::direct::kSmallDataSlots / 2)
+        << first << " page faults in the first " << 2 * algo::direct::kSmallDataSlots << " ops, " << again << " in the next";
+  }));
+}

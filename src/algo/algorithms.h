@@ -54,6 +54,11 @@ void run_op(Ctx& c, const OpDesc& d);
 
 // Topo (where the ranks are) is in algo/context.h.
 
+// The bytes at the start of every rank's shared scratch area that small ops touch (the header
+// and the small slots, src/algo/direct_common.h): a group maps them into its processes when it is
+// made (ShmGroupImpl::prefault), so that its first ops take no page faults.
+size_t shm_small_op_bytes();
+
 // The algorithm that runs `kind` for a message of `bytes` (allgatherv: the total) among `size`
 // ranks. `requested` is the per-call choice (or SHOAL_ALGO, applied by the caller); automatic
 // picks by the group's tuning (`ways`: where each choice over the network switches, measured;

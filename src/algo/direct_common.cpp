@@ -140,3 +140,7 @@ size_t chunk_target(size_t slot, int p) {
 }
 
 }  // namespace shoal::algo::direct
+
+namespace shoal {
+size_t shm_small_op_bytes() { return algo::direct::kHeaderBytes + algo::direct::kSmallArea; }
+}  // namespace shoal
