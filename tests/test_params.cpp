@@ -192,6 +192,22 @@ TEST(Params, ABadSettingFailsTheGroupOnEveryRank) {
   }));
 }
 
+// Ranks whose shared-memory settings differ cannot lay out each other's segments alike: they
+// talk over TCP (and say so), where a chunked op over shared memory would run past the end of the
+// smaller scratch area.
+TEST(Params, RanksWithDifferentShmSettingsTalkOverTcp) {
+  for (const char* name : {"SHOAL_SHM_SCRATCH", "SHOAL_SHM_RING"}) {
+    RunConfig cfg = transport_config("shm");
+    cfg.before_construct = [name](int rank) { setenv(name, rank == 0 ? "1M" : "2M", 1); };
+    EXPECT_TRUE(run_ranks(2, cfg, [](Communicator& c) {
+      SH_CHECK(c.transport_to(1 - c.rank()) == "tcp") << c.transport_to(1 - c.rank());
+      std::vector<float> x(600000, float(c.rank() + 1)), y(x.size());
+      c.allreduce(x.data(), y.data(), x.size(), DType::f32, ReduceOp::sum, {.blocking = true});
+      for (float v : y) SH_CHECK(v == 3.0f) << "allreduce gave " << v;
+    })) << name;
+  }
+}
+
 // SHOAL_ALGO names one algorithm for every op that has it, or one per op; an op it does not name,
 // or where the algorithm cannot run (direct over TCP), keeps its automatic choice; a bad op or
 // algorithm, or one the named op lacks, fails the group naming the variable.

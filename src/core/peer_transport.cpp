@@ -44,9 +44,17 @@ char ShmPeers::can_connect(int r, const std::string& info) {
   try {
     ShmSegment s = ShmSegment::open_existing(info.substr(a + 1, b - a - 1));
     const ShmControl* pc = s.control();
-    if (std::to_string(pc->nonce) != info.substr(b + 1) || pc->ring_bytes != ring_ ||
-        pc->size != static_cast<int>(local_.size()))
+    if (std::to_string(pc->nonce) != info.substr(b + 1) || pc->size != static_cast<int>(local_.size())) return '0';
+    // Ranks that read and write each other's rings and scratch areas must lay them out alike:
+    // else a chunked op would run past the end of the smaller segment.
+    if (pc->ring_bytes != ring_ || pc->scratch_bytes != scratch_) {
+      SHOAL_LOG(warn,
+                "rank %d's shared-memory segment has %llu-byte rings and a %llu-byte scratch area, this rank's %llu "
+                "and %llu (SHOAL_SHM_RING or SHOAL_SHM_SCRATCH differs between the ranks): they talk over TCP",
+                r, static_cast<unsigned long long>(pc->ring_bytes), static_cast<unsigned long long>(pc->scratch_bytes),
+                static_cast<unsigned long long>(ring_), static_cast<unsigned long long>(scratch_));
       return '0';
+    }
     // '2': the peer's own memory is readable too (its control block, where it maps it).
     const bool cma = single_copy_ && cma::probe(pc->pid, pc->self_addr + offsetof(ShmControl, nonce), pc->nonce);
     segs_[r] = std::move(s);

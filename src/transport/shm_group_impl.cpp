@@ -23,12 +23,20 @@ constexpr int kQuickPolls = 16;
 // a peer that has failed its op (a third rank died, a timeout, abort()) waits for at most one
 // piece before its failure reaches its caller (quiesce_writes).
 constexpr size_t kTransferPiece = size_t(1) << 20;
-// prefault() maps the peers' areas too in groups of up to this many ranks. In a larger one it
-// would add more to a rank's start (0.67-0.70 → 0.77-0.81 s at 128 ranks on 2 cores) and to its
-// resident size (10.1 → 30.5 MiB, shared pages counted) than the first ops' faults cost
+// prefault() maps the peers' areas too in groups of up to this many ranks, where it measured no
+// cost in construction (2-16 ranks). At 128 ranks it made construction about 15% slower and a
+// rank's resident size (shared pages counted) three times larger, for faults that only the first
+// ops of each slot take. Where between the two it stops paying is a judgement, not a measurement
 // (BENCHMARKS.md, "A group's first small ops").
 constexpr int kPrefaultPeersUpTo = 16;
 }  // namespace
+
+#ifndef MADV_POPULATE_READ  // Linux 5.14; older kernels answer EINVAL, and the pages are read instead
+#define MADV_POPULATE_READ 22
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 ShmGroupImpl::ShmGroupImpl(Waiter& waiter, int rank, const std::vector<ShmSegment>& segs, bool single_copy, int cores,
                            std::chrono::milliseconds timeout)
@@ -47,10 +55,6 @@ ShmGroupImpl::ShmGroupImpl(Waiter& waiter, int rank, const std::vector<ShmSegmen
 }
 
 void ShmGroupImpl::prefault(size_t bytes) {
-#ifndef MADV_POPULATE_READ  // Linux 5.14; older kernels answer EINVAL, and the pages are read instead
-#define MADV_POPULATE_READ 22
-#define MADV_POPULATE_WRITE 23
-#endif
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   bytes = std::min(bytes, scratch_bytes_);
   for (int r = 0; r < size(); ++r) {

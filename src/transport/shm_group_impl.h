@@ -33,8 +33,8 @@ class ShmGroupImpl : public ShmGroup {
   void write(int r, const void* local, void* remote, size_t n) override;
   void quiesce_writes() override;
   // Maps the first `bytes` of this rank's scratch area into this process now, for writing, and
-  // of every peer's in a group of up to 16 ranks: an op's first touch of a page costs a fault,
-  // and the first small ops of a group each touch pages of their own (their slots rotate).
+  // of every peer's in a small group (kPrefaultPeersUpTo): an op's first touch of a page costs a
+  // fault, and the first small ops of a group each touch pages of their own (their slots rotate).
   void prefault(size_t bytes);
 
  private:
