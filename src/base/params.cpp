@@ -121,11 +121,11 @@ const std::vector<Param> kParams = {
     {"SHOAL_SHM_RING", Kind::bytes, 1, 1 << 30, nullptr,
      "bytes of each shared-memory ring (one per other rank of the host; suffixes K, M, G), rounded up to a power "
      "of two. A rank reserves its whole segment in `/dev/shm` when the group is made: too little room there is "
-     "an error then, saying how much is needed and free",
+     "an error then, saying how much is needed and free. Ranks of a host whose setting differs talk over TCP",
      "1 MiB up to 9 ranks on a host, then smaller (8 MiB of rings per rank, at least 64 KiB each)"},
     {"SHOAL_SHM_SCRATCH", Kind::bytes, 256 << 10, 4.0 * (1 << 30), nullptr,
      "bytes of each rank's shared-memory scratch area, through which the direct algorithms move data (suffixes K, "
-     "M, G; at least 256 KiB)",
+     "M, G; at least 256 KiB). Ranks of a host whose setting differs talk over TCP",
      "16 MiB"},
     {"SHOAL_CMA", Kind::flag, 0, 0, nullptr,
      "`0`: ranks on one host never copy straight between each other's buffers (Linux cross-memory attach, "
