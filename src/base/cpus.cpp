@@ -73,4 +73,18 @@ int cpus_in_union(const std::vector<std::string>& lists) {
   return std::max<int>(1, static_cast<int>(all.size()));
 }
 
+int cpu_to_move_to(int rank, int cpu, const std::vector<unsigned>& last_cpu, const std::vector<int>& allowed) {
+  const auto on = [&](int r, int c) { return last_cpu[static_cast<size_t>(r)] == static_cast<unsigned>(c) + 1; };
+  const int n = static_cast<int>(last_cpu.size());
+  for (int r = rank + 1; r < n; ++r)
+    if (on(r, cpu)) return -1;
+  for (int c : allowed) {
+    if (c == cpu) continue;
+    bool taken = false;
+    for (int r = 0; r < n && !taken; ++r) taken = r != rank && on(r, c);
+    if (!taken) return c;
+  }
+  return -1;
+}
+
 }  // namespace shoal

@@ -21,4 +21,10 @@ std::string affinity_text();
 // parse adds none).
 int cpus_in_union(const std::vector<std::string>& lists);
 
+// Where a waiting rank moves when a peer it waits for runs on its CPU `cpu` while the ranks have a
+// CPU each (Engine::wait_loop): `last_cpu[r]` is 1 + the CPU rank r last waited on (0: unknown),
+// `allowed` the CPUs this thread may run on. Of the ranks on `cpu` only the highest moves, so that
+// two never move together; it moves to the first allowed CPU that no rank last waited on. -1: stay.
+int cpu_to_move_to(int rank, int cpu, const std::vector<unsigned>& last_cpu, const std::vector<int>& allowed);
+
 }  // namespace shoal

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -24,6 +25,10 @@ namespace {
 constexpr auto kPeerCheckEvery = std::chrono::milliseconds(50);
 // A waiter reads the clock (for its spin, yield and deadline) once every this many idle polls.
 constexpr unsigned kPollsPerClockRead = 8;
+// Where the ranks have a CPU each, a waiter that has found a peer it waits for on its own CPU this
+// many looks in a row (each a yield: tens of ops) moves to a free CPU, at most once per kMoveEvery.
+constexpr unsigned kSharedLooksBeforeMove = 64;
+constexpr auto kMoveEvery = std::chrono::milliseconds(10);
 constexpr auto kMaxSleep = std::chrono::milliseconds(20);
 // How long after raising its `sleeping` flag a waiter sleeps at most: a peer that published its
 // news just as the flag went up may have read it down and not rung (ShmControl::ring() has no fence), and
@@ -326,6 +331,7 @@ void Engine::wait_loop(std::vector<int> waiting_for, bool (*done)(void*), void* 
     timeout_ = std::chrono::milliseconds(0);
   }
   unsigned polls = 0;
+  int cpu = spin_.count() > 0 ? publish_cpu() : -1;
   for (;;) {
     if (aborted()) throw_aborted();
     bool moved = poll();
@@ -342,7 +348,25 @@ void Engine::wait_loop(std::vector<int> waiting_for, bool (*done)(void*), void* 
     }
     auto now = Clock::now();
     if (now - spin_start < spin_) {
-      cpu_relax();
+      // A peer waited for on this rank's own CPU runs only once this rank lets it: yield to it.
+      // The scheduler may put two ranks on one CPU while another is idle (an outside task wakes
+      // on a rank's CPU, and the balancer moves the rank away) and leave them there for tens of
+      // milliseconds: ranks that hand the CPU over keep it busy with one task at a time, and a
+      // task that ran a moment ago counts as cache-hot. So after kSharedLooksBeforeMove such
+      // looks in a row the highest rank there moves to a free CPU of its mask (move_off;
+      // BENCHMARKS.md, "Two ranks on one CPU of two").
+      if (cpu >= 0 && peer_on_cpu(waiting_for, cpu)) {
+        if (++shared_cpu_looks_ >= kSharedLooksBeforeMove && now - moved_at_ >= kMoveEvery && move_off(cpu)) {
+          moved_at_ = now;
+          shared_cpu_looks_ = 0;
+          cpu = publish_cpu();
+        } else {
+          sched_yield();
+        }
+      } else {
+        shared_cpu_looks_ = 0;
+        cpu_relax();
+      }
       continue;
     }
     if (now - spin_start < spin_ + yield) {
@@ -382,6 +406,45 @@ void Engine::wait_loop(std::vector<int> waiting_for, bool (*done)(void*), void* 
     sleep(std::min<std::chrono::microseconds>(left, kMaxSleep), done, arg);
     spin_start = Clock::now() - spin_ + std::chrono::microseconds(spin_.count() / 4);  // short re-spin
   }
+}
+
+int Engine::publish_cpu() noexcept {
+  const int cpu = sched_getcpu();  // glibc reads it from the thread's rseq area: no system call
+  if (cpu < 0 || !self_) return -1;
+  const uint32_t v = static_cast<uint32_t>(cpu) + 1;
+  if (self_->cpu.load(std::memory_order_relaxed) != v) self_->cpu.store(v, std::memory_order_relaxed);
+  return cpu;
+}
+
+bool Engine::move_off(int cpu) {
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof mask, &mask) != 0) return false;  // past cpu_set_t's 1024 CPUs: stay
+  std::vector<int> allowed;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mask)) allowed.push_back(c);
+  std::vector<unsigned> last_cpu(static_cast<size_t>(size), 0);
+  for (int r = 0; r < size; ++r)
+    if (peer_ctl_[r] && r != rank) last_cpu[static_cast<size_t>(r)] = peer_ctl_[r]->cpu.load(std::memory_order_relaxed);
+  last_cpu[static_cast<size_t>(rank)] = static_cast<unsigned>(cpu) + 1;
+  const int to = cpu_to_move_to(rank, cpu, last_cpu, allowed);
+  if (to < 0) return false;
+  // Held to that CPU for a moment, the kernel moves this thread there at once; its own mask back,
+  // it stays until the scheduler moves it again.
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(to, &one);
+  if (sched_setaffinity(0, sizeof one, &one) != 0) return false;
+  if (sched_setaffinity(0, sizeof mask, &mask) != 0)
+    SHOAL_LOG(warn, "could not give this thread back its CPU affinity: %s", std::strerror(errno));
+  SHOAL_LOG(debug, "rank %d moved from CPU %d, where a peer it waited for ran, to CPU %d", rank, cpu, to);
+  return true;
+}
+
+bool Engine::peer_on_cpu(const std::vector<int>& peers, int cpu) const noexcept {
+  const uint32_t v = static_cast<uint32_t>(cpu) + 1;
+  for (int r : peers)
+    if (r != rank && r >= 0 && r < size && peer_ctl_[r] && peer_ctl_[r]->cpu.load(std::memory_order_relaxed) == v) return true;
+  return false;
 }
 
 std::string Engine::gone_reason(int r) const {

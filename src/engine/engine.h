@@ -135,6 +135,14 @@ class Engine final : public Waiter {
   // Why same-host peer `r` can no longer take part (it aborted, destroyed its communicator or
   // exited), or "" while it can.
   std::string gone_reason(int r) const;
+  // The CPU this thread runs on, published in this rank's control block (-1 where unknown or
+  // without one), and whether one of `peers` last published the same.
+  int publish_cpu() noexcept;
+  bool peer_on_cpu(const std::vector<int>& peers, int cpu) const noexcept;
+  // Moves this thread off `cpu` where cpu_to_move_to says (base/cpus.h); whether it moved.
+  bool move_off(int cpu);
+  unsigned shared_cpu_looks_ = 0;  // looks in a row that found a peer on this rank's CPU
+  Clock::time_point moved_at_;
 
   std::vector<std::unique_ptr<Link>> links_;
   std::vector<Link*> busy_;  // scratch list for poll()

@@ -20,9 +20,9 @@
 
 namespace shoal {
 namespace {
-// "SHOALSG" and the layout's version (4: no CPU count in ShmControl): a peer of another build
-// fails the check instead of misreading the block.
-constexpr uint64_t kSegMagic = 0x53484f414c534704ull;
+// "SHOALSG" and the layout's version (5: the CPU a rank last waited on, in ShmControl): a peer of
+// another build fails the check instead of misreading the block.
+constexpr uint64_t kSegMagic = 0x53484f414c534705ull;
 constexpr size_t kPage = 4096;
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
