@@ -70,13 +70,16 @@ TEST(Cpus, OnlyTheHighestRankOnACpuMovesAndToAFreeOne) {
   EXPECT_EQ(cpu_to_move_to(2, 0, {1, 2, 1}, {0, 1, 2}), 2);  // CPU 1 has rank 1: CPU 2
   EXPECT_EQ(cpu_to_move_to(1, 0, {1, 1, 2, 3}, {0, 1, 2}), -1);  // every other CPU taken
   EXPECT_EQ(cpu_to_move_to(1, 0, {1, 1}, {0}), -1);     // held to this CPU
-  EXPECT_EQ(cpu_to_move_to(1, 4, {0, 5}, {2, 4, 6}), 2);  // rank 0 unknown: the first allowed CPU
-  EXPECT_EQ(cpu_to_move_to(1, 4, {3, 5}, {2, 4, 6}), 6);  // rank 0 last on CPU 2
+  EXPECT_EQ(cpu_to_move_to(1, 4, {0, 5}, {2, 4, 6}), 6);  // rank 0 unknown: the next CPU up
+  EXPECT_EQ(cpu_to_move_to(1, 4, {7, 5}, {2, 4, 6}), 2);  // rank 0 last on CPU 6: round to the first
+  EXPECT_EQ(cpu_to_move_to(1, 5, {0, 6}, {2, 4, 6}), 6);  // a CPU outside the list: the next one up
 }
 
 // Two ranks that the scheduler put on one CPU while the other is free come apart, where they would
 // otherwise hand that CPU to each other op after op. The ranks start held to one CPU (so they share
-// it from the first op), poll as ranks with a CPU each (SHOAL_SPIN_US), and are then given two.
+// it from the first op), poll as ranks with a CPU each (SHOAL_SPIN_US), and are then given two. The
+// blocking ops run on the callers' threads, whose masks the test widens (the progress threads keep
+// the one CPU they started with).
 TEST(Cpus, RanksOnOneCpuOfTwoMoveApart) {
   cpu_set_t all;
   ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);

@@ -156,6 +156,9 @@ struct Builder {
     plan.keep.push_back(t);
     return t;
   }
+  // `t` as shoal may read it while it writes `out`: itself, or where the two overlap (in place: a
+  // chunk of the output), a copy.
+  at::Tensor apart_from(const at::Tensor& t, const at::Tensor& out) { return overlaps(t, out) ? keep(t.clone()) : t; }
   // A tensor shoal reads.
   at::Tensor in(const at::Tensor& t) {
     if (direct(t)) return keep(t);
@@ -724,8 +727,7 @@ void add_allgather_list(Builder& b, const at::Tensor& in, const std::vector<at::
   TORCH_CHECK(outs[rank].numel() == in.numel(), "shoal: ", what, ": output tensor ", rank, " has ", outs[rank].numel(),
               " elements but the input has ", in.numel());
   at::Tensor flat = unpacked_later(b, outs, total, in);
-  at::Tensor src = b.in(in);
-  if (overlaps(src, flat)) src = b.keep(src.clone());  // in place: a chunk of the output
+  at::Tensor src = b.apart_from(b.in(in), flat);
   b.op([=](auto& c, auto o) { return c.allgatherv(src.data_ptr(), flat.data_ptr(), counts, m.dt, o); });
 }
 
@@ -736,8 +738,7 @@ void add_allgather_base(Builder& b, const at::Tensor& output, const at::Tensor& 
               " elements, expected world size (", size, ") x input (", input.numel(), ")");
   Move m = move_type(input);
   at::Tensor out = b.out(output);
-  at::Tensor in = b.in(input);
-  if (overlaps(in, out)) in = b.keep(in.clone());
+  at::Tensor in = b.apart_from(b.in(input), out);
   size_t n = elems(input, m);
   b.op([=](auto& c, auto o) { return c.allgather(in.data_ptr(), out.data_ptr(), n, m.dt, o); });
 }
@@ -751,8 +752,7 @@ void add_reduce_scatter_base(Builder& b, const at::Tensor& output, const at::Ten
   shoal::DType dt = reduce_dtype(input, what);
   shoal::ReduceOp op = reduce_op(rop, dt, input, what);
   at::Tensor out = b.out(output);
-  at::Tensor in = b.in(input);
-  if (overlaps(in, out)) in = b.keep(in.clone());
+  at::Tensor in = b.apart_from(b.in(input), out);
   size_t n = output.numel();
   b.op([=](auto& c, auto o) { return c.reduce_scatter(in.data_ptr(), out.data_ptr(), n, dt, op, o); });
 }
@@ -841,7 +841,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::gather(std::vector<std::vector<at::
                   t.numel(), "), got ", o.numel());
     }
     flat = unpacked_later(b, outs, t.numel() * size_, t);
-    if (overlaps(in, flat)) in = b.keep(in.clone());  // in place: a chunk of the output
+    in = b.apart_from(in, flat);
   }
   b.op([=](auto& c, auto o) { return c.gather(in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, n, m.dt, root, o); });
   return launch(c10d::OpType::GATHER, "shoal:gather", inputs, outs, b, opts.asyncOp);
@@ -951,8 +951,7 @@ c10::intrusive_ptr<c10d::Work> BackendShoal::alltoall_base(at::Tensor& output, a
   auto recv_counts = split_counts(output, output_splits, size_, m, "output");
   Builder b;
   at::Tensor out = b.out(output);
-  at::Tensor in = b.in(input);
-  if (overlaps(in, out)) in = b.keep(in.clone());
+  at::Tensor in = b.apart_from(b.in(input), out);
   b.op([=](auto& c, auto o) { return c.alltoallv(in.data_ptr(), send_counts, out.data_ptr(), recv_counts, m.dt, o); });
   return launch(c10d::OpType::ALLTOALL_BASE, "shoal:all_to_all", {input}, {output}, b, opts.asyncOp);
 }

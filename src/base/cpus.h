@@ -14,17 +14,24 @@
 
 namespace shoal {
 
+// This thread's CPUs in increasing order; empty if its mask cannot be read.
+std::vector<int> allowed_cpus();
 // This thread's affinity as a CPU list ("0-3,8,10-11", as /proc's Cpus_allowed_list): a few
 // bytes for the usual sets, whatever the CPUs' numbers. The CPUs online where it cannot be read.
 std::string affinity_text();
 // How many CPUs are in the union of lists written by affinity_text() (at least 1; what does not
 // parse adds none).
 int cpus_in_union(const std::vector<std::string>& lists);
+// How many CPUs this thread may run on, counted as cpus_in_union counts them.
+inline int cpus_of_this_thread() { return cpus_in_union({affinity_text()}); }
 
 // Where a waiting rank moves when a peer it waits for runs on its CPU `cpu` while the ranks have a
 // CPU each (Engine::wait_loop): `last_cpu[r]` is 1 + the CPU rank r last waited on (0: unknown),
-// `allowed` the CPUs this thread may run on. Of the ranks on `cpu` only the highest moves, so that
-// two never move together; it moves to the first allowed CPU that no rank last waited on. -1: stay.
+// `allowed` the CPUs this thread may run on, in increasing order. Of the ranks on `cpu` only the
+// highest moves, so that two never move together; it moves to the first allowed CPU above `cpu`
+// (then from the lowest) that no rank last waited on. -1: stay.
 int cpu_to_move_to(int rank, int cpu, const std::vector<unsigned>& last_cpu, const std::vector<int>& allowed);
+// Moves this thread to `cpu`, one of its mask's, and leaves its mask as it was; whether it moved.
+bool move_this_thread_to(int cpu);
 
 }  // namespace shoal

@@ -88,7 +88,7 @@ void shoal_section(Items& out) {
 
 void cpu_section(Items& out, int ranks) {
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  const int allowed = cpus_in_union({affinity_text()});  // as the rendezvous counts them
+  const int allowed = cpus_of_this_thread();  // as the rendezvous counts them
   out.push_back({"cpu", "model", cpu_model()});
   out.push_back({"cpu", "cores online", std::to_string(online)});
   out.push_back({"cpu", "cores this process may use", std::to_string(allowed)});

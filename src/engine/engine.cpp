@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -26,7 +25,8 @@ constexpr auto kPeerCheckEvery = std::chrono::milliseconds(50);
 // A waiter reads the clock (for its spin, yield and deadline) once every this many idle polls.
 constexpr unsigned kPollsPerClockRead = 8;
 // Where the ranks have a CPU each, a waiter that has found a peer it waits for on its own CPU this
-// many looks in a row (each a yield: tens of ops) moves to a free CPU, at most once per kMoveEvery.
+// many looks in a row (each a yield: tens of ops) tries to move to a free CPU (move_off), and moves
+// at most once per kMoveEvery.
 constexpr unsigned kSharedLooksBeforeMove = 64;
 constexpr auto kMoveEvery = std::chrono::milliseconds(10);
 constexpr auto kMaxSleep = std::chrono::milliseconds(20);
@@ -66,7 +66,7 @@ Engine::Engine(int rank_, int size_, std::string group_)
       size(size_),
       group(std::move(group_)),
       pidfds_(size_, -1) {
-  set_cpus(size_, cpus_in_union({affinity_text()}));
+  set_cpus(size_, cpus_of_this_thread());
   epfd_ = epoll_create1(EPOLL_CLOEXEC);
   wakefd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (epfd_ < 0 || wakefd_ < 0) throw Error(std::string("epoll/eventfd: ") + std::strerror(errno));
@@ -355,14 +355,17 @@ void Engine::wait_loop(std::vector<int> waiting_for, bool (*done)(void*), void* 
       // task that ran a moment ago counts as cache-hot. So after kSharedLooksBeforeMove such
       // looks in a row the highest rank there moves to a free CPU of its mask (move_off;
       // BENCHMARKS.md, "Two ranks on one CPU of two").
+      if (cpu >= 0) cpu = publish_cpu();  // the scheduler may have moved this thread meanwhile
       if (cpu >= 0 && peer_on_cpu(waiting_for, cpu)) {
-        if (++shared_cpu_looks_ >= kSharedLooksBeforeMove && now - moved_at_ >= kMoveEvery && move_off(cpu)) {
-          moved_at_ = now;
-          shared_cpu_looks_ = 0;
-          cpu = publish_cpu();
-        } else {
-          sched_yield();
+        if (++shared_cpu_looks_ >= kSharedLooksBeforeMove && now - moved_at_ >= kMoveEvery) {
+          shared_cpu_looks_ = 0;  // one try per kSharedLooksBeforeMove looks, whether it moves or not
+          if (move_off(cpu)) {
+            moved_at_ = now;
+            cpu = publish_cpu();
+            continue;
+          }
         }
+        sched_yield();
       } else {
         shared_cpu_looks_ = 0;
         cpu_relax();
@@ -409,7 +412,7 @@ void Engine::wait_loop(std::vector<int> waiting_for, bool (*done)(void*), void* 
 }
 
 int Engine::publish_cpu() noexcept {
-  const int cpu = sched_getcpu();  // glibc reads it from the thread's rseq area: no system call
+  const int cpu = sched_getcpu();  // cheap: glibc reads the thread's rseq area, else the vDSO
   if (cpu < 0 || !self_) return -1;
   const uint32_t v = static_cast<uint32_t>(cpu) + 1;
   if (self_->cpu.load(std::memory_order_relaxed) != v) self_->cpu.store(v, std::memory_order_relaxed);
@@ -417,25 +420,12 @@ int Engine::publish_cpu() noexcept {
 }
 
 bool Engine::move_off(int cpu) {
-  cpu_set_t mask;
-  if (sched_getaffinity(0, sizeof mask, &mask) != 0) return false;  // past cpu_set_t's 1024 CPUs: stay
-  std::vector<int> allowed;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &mask)) allowed.push_back(c);
   std::vector<unsigned> last_cpu(static_cast<size_t>(size), 0);
   for (int r = 0; r < size; ++r)
     if (peer_ctl_[r] && r != rank) last_cpu[static_cast<size_t>(r)] = peer_ctl_[r]->cpu.load(std::memory_order_relaxed);
   last_cpu[static_cast<size_t>(rank)] = static_cast<unsigned>(cpu) + 1;
-  const int to = cpu_to_move_to(rank, cpu, last_cpu, allowed);
-  if (to < 0) return false;
-  // Held to that CPU for a moment, the kernel moves this thread there at once; its own mask back,
-  // it stays until the scheduler moves it again.
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(to, &one);
-  if (sched_setaffinity(0, sizeof one, &one) != 0) return false;
-  if (sched_setaffinity(0, sizeof mask, &mask) != 0)
-    SHOAL_LOG(warn, "could not give this thread back its CPU affinity: %s", std::strerror(errno));
+  const int to = cpu_to_move_to(rank, cpu, last_cpu, allowed_cpus());
+  if (to < 0 || !move_this_thread_to(to)) return false;
   SHOAL_LOG(debug, "rank %d moved from CPU %d, where a peer it waited for ran, to CPU %d", rank, cpu, to);
   return true;
 }

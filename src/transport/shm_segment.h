@@ -32,9 +32,11 @@ struct alignas(64) ShmControl {
   uint64_t scratch_bytes;
   alignas(64) std::atomic<uint32_t> doorbell;  // bumped by anyone with news for the owner
   alignas(64) std::atomic<uint32_t> sleeping;  // owner is (about to be) in futex_wait on doorbell
-  // 1 + the CPU the owner ran on when it last began a wait, 0 before its first (Engine::wait_loop): a
-  // waiter whose peer is on its own CPU hands the CPU over rather than polls. Written only when it
-  // changes, on a line of its own.
+  // 1 + the CPU the owner ran on when it last looked during a wait, 0 before its first
+  // (Engine::wait_loop): a waiter whose peer is on its own CPU hands the CPU over rather than
+  // polls. A peer that has not waited since keeps its old CPU here: a waiter then yields where it
+  // could poll, which costs it a system call a look. Written only when it changes, on a line of
+  // its own.
   alignas(64) std::atomic<uint32_t> cpu;
   alignas(64) std::atomic<uint32_t> state;     // a PeerState: leave() writes it, state_of() reads it
   // 1 + the rank whose memory the owner is writing into by single copy right now, else 0: a rank
