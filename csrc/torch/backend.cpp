@@ -78,14 +78,21 @@ shoal::ReduceOp reduce_op(const c10d::ReduceOp& op, shoal::DType dt, const at::T
   return r;
 }
 
-// Whether this thread holds the GIL. (PyGILState_Check answers yes for any thread once a
-// subinterpreter exists, before Python 3.12.)
+// Whether this thread holds the GIL. From Python 3.12 the current thread state is this thread's;
+// before, it is one for the process: that of whichever thread holds the GIL, so it must be this
+// thread's own (PyGILState_GetThisThreadState). Releasing the GIL for another thread lets that
+// thread run Python without its state: it crashes (test_thread_calls_while_another_runs_python).
+// PyGILState_Check is no help before 3.12: it answers yes for any thread once a subinterpreter
+// exists.
 bool holds_gil() {
   if (!Py_IsInitialized()) return false;
 #if PY_VERSION_HEX >= 0x030D0000
   return PyThreadState_GetUnchecked() != nullptr;
-#else
+#elif PY_VERSION_HEX >= 0x030C0000
   return _PyThreadState_UncheckedGet() != nullptr;
+#else
+  PyThreadState* current = _PyThreadState_UncheckedGet();
+  return current != nullptr && current == PyGILState_GetThisThreadState();
 #endif
 }
 

@@ -4,6 +4,8 @@ across dtypes and reduce ops, sync and async, contiguous or not."""
 from __future__ import annotations
 
 import datetime
+import sys
+import threading
 
 import pytest
 import torch
@@ -495,6 +497,42 @@ def w_noncontiguous(rank, n):
     assert rs.tolist() == [float(n)] * 2
 
 
+def w_thread_calls_while_another_runs_python(rank, n):
+    """Collectives called from one Python thread while another runs Python. torch's binding lets
+    go of the GIL before it calls the backend, which releases the GIL around a wait only where its
+    own thread holds it: before Python 3.12 the current thread state is one for the process (that
+    of whichever thread holds the GIL), and taking it for this thread's let another thread run
+    Python without its state (a SIGSEGV in PyErr_Occurred)."""
+    errors = []
+    done = threading.Event()
+
+    def calls():
+        try:
+            t = torch.empty(4)
+            for i in range(100):
+                t.fill_(rank + i)
+                dist.all_reduce(t)  # waited for at once: the op runs in the call
+                assert t.tolist() == [float(n * i + n * (n - 1) // 2)] * 4, (i, t.tolist())
+        except BaseException as e:  # noqa: BLE001  (reported below, on the main thread)
+            errors.append(e)
+        finally:
+            done.set()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)  # the GIL changes hands often: the test is quick, the race frequent
+    try:
+        th = threading.Thread(target=calls)
+        th.start()
+        spins = 0
+        while not done.is_set():
+            spins += 1  # Python on this thread, holding the GIL between switches
+        th.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors
+    assert spins > 0
+
+
 def w_views_with_bits(rank, n):
     """Tensors whose bytes are not their values, given to the backend itself as the Ray group and
     shoal.torch.all_reduce_ give them (torch.distributed refuses conjugate and negative views before
@@ -700,6 +738,10 @@ def test_chunks_of_one_buffer(group, dtype):
 
 def test_noncontiguous(group):
     group.run(w_noncontiguous)
+
+
+def test_thread_calls_while_another_runs_python(group):
+    group.run(w_thread_calls_while_another_runs_python)
 
 
 def test_views_with_bits(group):
