@@ -82,8 +82,8 @@ shoal::ReduceOp reduce_op(const c10d::ReduceOp& op, shoal::DType dt, const at::T
 // before, it is one for the process: that of whichever thread holds the GIL, so it must be this
 // thread's own (PyGILState_GetThisThreadState). Releasing the GIL for another thread lets that
 // thread run Python without its state: it crashes (test_thread_calls_while_another_runs_python).
-// PyGILState_Check is no help before 3.12: it answers yes for any thread once a subinterpreter
-// exists.
+// PyGILState_Check is no help: it answers yes for any thread once a subinterpreter exists. A
+// thread of a subinterpreter is told no (torch does not support subinterpreters).
 bool holds_gil() {
   if (!Py_IsInitialized()) return false;
 #if PY_VERSION_HEX >= 0x030D0000
@@ -324,32 +324,38 @@ c10::intrusive_ptr<c10::ivalue::Future> make_future(const std::vector<c10::Devic
 
 Completer::~Completer() {
   {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
+    std::lock_guard<std::mutex> lk(q_->mu);
+    q_->stop = true;
   }
-  cv_.notify_all();
-  if (thread_.joinable()) {
-    if (thread_.get_id() == std::this_thread::get_id()) thread_.detach();  // last owner released in a callback
-    else thread_.join();
+  q_->cv.notify_all();
+  if (!thread_.joinable()) return;
+  if (thread_.get_id() == std::this_thread::get_id()) {
+    thread_.detach();  // the last owner released in a callback: the thread drains what is left
+    return;
   }
+  // What is left may be Python callbacks, which take the GIL: never hold it while waiting for them
+  // (the last owner may be a Work that Python drops).
+  PyThreadState* gil = holds_gil() ? PyEval_SaveThread() : nullptr;
+  thread_.join();
+  if (gil) PyEval_RestoreThread(gil);
 }
 
 void Completer::post(std::function<void()> fn) {
   {
-    std::lock_guard<std::mutex> lk(mu_);
-    queue_.push_back(std::move(fn));
-    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    std::lock_guard<std::mutex> lk(q_->mu);
+    q_->fns.push_back(std::move(fn));
+    if (!thread_.joinable()) thread_ = std::thread([q = q_] { loop(q); });
   }
-  cv_.notify_one();
+  q_->cv.notify_one();
 }
 
-void Completer::loop() {
-  std::unique_lock<std::mutex> lk(mu_);
+void Completer::loop(const std::shared_ptr<Queue>& q) {
+  std::unique_lock<std::mutex> lk(q->mu);
   for (;;) {
-    cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stop_ and drained
-    auto fn = std::move(queue_.front());
-    queue_.pop_front();
+    q->cv.wait(lk, [&] { return q->stop || !q->fns.empty(); });
+    if (q->fns.empty()) return;  // stopped and drained
+    auto fn = std::move(q->fns.front());
+    q->fns.pop_front();
     lk.unlock();
     try {
       fn();
@@ -559,12 +565,6 @@ BackendShoal::BackendShoal(const c10::intrusive_ptr<c10d::Store>& store, int ran
 BackendShoal::~BackendShoal() {
   try {
     shutdown();
-    // The completion thread may need the GIL too (future callbacks, tensor references).
-    if (holds_gil()) {
-      PyThreadState* state = PyEval_SaveThread();
-      completer_.reset();
-      PyEval_RestoreThread(state);
-    }
   } catch (...) {
   }
 }

@@ -41,11 +41,16 @@ class Completer {
   void post(std::function<void()> fn);
 
  private:
-  void loop();
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  bool stop_ = false;
+  // Shared with the thread: a callback may release the Completer's last owner, and the thread
+  // then drains the queue after the Completer is gone.
+  struct Queue {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> fns;
+    bool stop = false;
+  };
+  static void loop(const std::shared_ptr<Queue>& q);
+  std::shared_ptr<Queue> q_ = std::make_shared<Queue>();
   std::thread thread_;
 };
 

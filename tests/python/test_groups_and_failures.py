@@ -157,6 +157,47 @@ def test_destroy_right_after_an_op(tmp_path):
     assert spawn(f_destroy_right_after_an_op, 8, 5, str(tmp_path), timeout=120) == ["ok"] * 8
 
 
+def f_callback_drops_the_last_work(rank, n):
+    """Futures' callbacks run on the backend's completion thread. Once the group is destroyed the
+    Works own that thread, and a callback may drop the last of them there: the thread then outlives
+    its owner, and still runs the callbacks queued behind."""
+    import gc
+    import threading
+    import time
+
+    import shoal  # noqa: F401
+
+    dist.init_process_group("shoal", rank=rank, world_size=n)
+    if rank == 1:
+        time.sleep(0.5)  # rank 0's ops are pending when it registers its callbacks
+        for _ in range(2):
+            dist.all_reduce(torch.ones(4))
+        dist.destroy_process_group()
+        return "ok"
+    ran, go = [], threading.Event()
+    holder = [dist.all_reduce(torch.ones(4), async_op=True) for _ in range(2)]
+
+    def first(f):
+        go.wait(30)  # until the group is gone
+        holder.clear()  # the last Works, and with them the completion thread's owner
+        ran.append(1)
+
+    futs = [holder[0].get_future().then(first), holder[1].get_future().then(lambda f: ran.append(2))]
+    dist.destroy_process_group()  # the ops complete; their callbacks queue on the completion thread
+    gc.collect()
+    go.set()
+    deadline = time.monotonic() + 30
+    while len(ran) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ran == [1, 2], ran
+    del futs
+    return "ok"
+
+
+def test_callback_drops_the_last_work():
+    assert spawn(f_callback_drops_the_last_work, 2, timeout=90) == ["ok", "ok"]
+
+
 def f_mixed_backends(rank, n):
     import shoal  # noqa: F401
 
