@@ -331,7 +331,7 @@ void Engine::wait_loop(std::vector<int> waiting_for, bool (*done)(void*), void* 
     timeout_ = std::chrono::milliseconds(0);
   }
   unsigned polls = 0;
-  int cpu = spin_.count() > 0 ? publish_cpu() : -1;
+  const bool watch_cpu = spin_.count() > 0;  // ranks with a CPU each: is a peer on this one?
   for (;;) {
     if (aborted()) throw_aborted();
     bool moved = poll();
@@ -355,13 +355,12 @@ void Engine::wait_loop(std::vector<int> waiting_for, bool (*done)(void*), void* 
       // task that ran a moment ago counts as cache-hot. So after kSharedLooksBeforeMove such
       // looks in a row the highest rank there moves to a free CPU of its mask (move_off;
       // BENCHMARKS.md, "Two ranks on one CPU of two").
-      if (cpu >= 0) cpu = publish_cpu();  // the scheduler may have moved this thread meanwhile
+      const int cpu = watch_cpu ? publish_cpu() : -1;  // at every look: the scheduler moves threads
       if (cpu >= 0 && peer_on_cpu(waiting_for, cpu)) {
         if (++shared_cpu_looks_ >= kSharedLooksBeforeMove && now - moved_at_ >= kMoveEvery) {
           shared_cpu_looks_ = 0;  // one try per kSharedLooksBeforeMove looks, whether it moves or not
           if (move_off(cpu)) {
             moved_at_ = now;
-            cpu = publish_cpu();
             continue;
           }
         }
