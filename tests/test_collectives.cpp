@@ -22,11 +22,13 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <sched.h>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
+#include "base/cpus.h"
 #include "harness.h"
 #include "reduce/kernels.h"
 #include "reduce/reduce.h"
@@ -1029,9 +1031,30 @@ TEST(CollectivesAsync, WhoRunsTheOp) {
   }
 }
 
+// How often this process's one communicator's progress thread has slept (voluntary context
+// switches, /proc): each sleep ends in a wake-up.
+long progress_thread_sleeps() {
+  std::string status_path;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(e.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name == "shoal-progress") {
+      SH_CHECK(status_path.empty()) << "two threads named shoal-progress";
+      status_path = e.path() / "status";
+    }
+  }
+  SH_CHECK(!status_path.empty()) << "no thread named shoal-progress";
+  std::ifstream f(status_path);
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stol(line.substr(line.find(':') + 1));
+  SH_CHECK(false) << "no voluntary_ctxt_switches in " << status_path;
+  return 0;
+}
+
 // The idle progress thread looks at the queue on a tick that starts at 1 ms and doubles up to
-// 8 ms while it finds the queue empty (communicator.cpp, kTick and kMaxTick): callers that wait
-// for their ops at once leave it nothing, and each tick wakes it on a core a rank's op needs. Over
+// 8 ms until it takes an op (communicator.cpp, kTick and kMaxTick): callers that wait for their
+// ops at once leave it none, and each tick wakes it on a core a rank's op needs. Over
 // 400 ms of such calls it wakes (voluntary switches, /proc) less than half as often as a steady
 // 1 ms tick would; and after them an op nobody waits for is still run, by that thread.
 TEST(CollectivesAsync, TheIdleProgressThreadTicksLessWhileCallersWaitAtOnce) {
@@ -1039,25 +1062,6 @@ TEST(CollectivesAsync, TheIdleProgressThreadTicksLessWhileCallersWaitAtOnce) {
     SCOPED_TRACE(transport);
     RunConfig cfg = timed_config(transport, std::chrono::seconds(20), std::chrono::seconds(60), false);
     run_ranks(2, cfg, [](Communicator& c) {
-      // This process's one communicator has one thread of that name.
-      std::string status_path;
-      for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
-        std::ifstream comm(e.path() / "comm");
-        std::string name;
-        std::getline(comm, name);
-        if (name == "shoal-progress") {
-          SH_CHECK(status_path.empty()) << "two threads named shoal-progress";
-          status_path = e.path() / "status";
-        }
-      }
-      SH_CHECK(!status_path.empty()) << "no thread named shoal-progress";
-      auto switches = [&] {
-        std::ifstream f(status_path);
-        long total = 0;
-        for (std::string line; std::getline(f, line);)
-          if (line.rfind("voluntary_ctxt_switches:", 0) == 0) total += std::stol(line.substr(line.find(':') + 1));
-        return total;
-      };
       std::vector<int32_t> v(256);
       auto allreduce_at_once = [&](int k) {
         std::fill(v.begin(), v.end(), k + c.rank());
@@ -1067,7 +1071,7 @@ TEST(CollectivesAsync, TheIdleProgressThreadTicksLessWhileCallersWaitAtOnce) {
       int k = 0;
       for (; k < 50; ++k) allreduce_at_once(k);
       // Both ranks leave the loop after the same number of ops: rank 0 decides by its clock.
-      const long before = switches();
+      const long before = progress_thread_sleeps();
       const double t0 = now_seconds();
       for (bool more = true; more; ++k) {
         allreduce_at_once(k);
@@ -1076,7 +1080,7 @@ TEST(CollectivesAsync, TheIdleProgressThreadTicksLessWhileCallersWaitAtOnce) {
         more = go != 0;
       }
       const double secs = now_seconds() - t0;
-      const long wakes = switches() - before;
+      const long wakes = progress_thread_sleeps() - before;
       note("wakes=" + std::to_string(wakes) + " in " + std::to_string(secs) + " s, " + std::to_string(k) + " ops");
       SH_CHECK(wakes < 0.5 * secs * 1000) << "the progress thread woke " << wakes << " times in " << secs
                                           << " s of ops waited for at once";
@@ -1100,6 +1104,48 @@ TEST(CollectivesAsync, TheIdleProgressThreadTicksLessWhileCallersWaitAtOnce) {
       SH_CHECK(u->done) << "an op nobody waited for did not complete within 10 s after the loop";
       SH_CHECK(u->thread != std::this_thread::get_id()) << "the op nobody waited for ran on the caller's thread";
       SH_CHECK(u->b[0] == 21 && u->b.back() == 21) << "got " << u->b[0];
+    });
+  }
+}
+
+// A caller late to its op (descheduled past kClaimGrace, as ranks that outnumber cores are) lets
+// the progress thread take it, and the communicator then wakes that thread at each submit. Once
+// the caller has waited for that op, the ops it waits for at once run on its own thread again:
+// the thread woken at a submit, on the rank's one CPU here, would otherwise often run the op
+// before its caller got to wait, and the communicator would stay in that state.
+TEST(CollectivesAsync, OpsWaitedForAtOnceRunOnTheCallersThreadAfterOneTheCallerWasLateTo) {
+  const std::vector<int> cpus = shoal::allowed_cpus();
+  for (const std::string transport : {"shm", "tcp"}) {
+    SCOPED_TRACE(transport);
+    RunConfig cfg = timed_config(transport, std::chrono::seconds(20), std::chrono::seconds(60));
+    cfg.before_construct = [cpus](int rank) {  // both threads of a rank on one CPU
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpus[rank % cpus.size()], &one);
+      if (sched_setaffinity(0, sizeof one, &one) != 0) throw std::runtime_error("sched_setaffinity");
+    };
+    run_ranks(2, cfg, [](Communicator& c) {
+      std::vector<int32_t> v(64);
+      auto allreduce = [&](int k, bool late) {
+        std::fill(v.begin(), v.end(), k + c.rank());
+        auto w = c.allreduce(v.data(), v.data(), v.size(), DType::i32, ReduceOp::sum);
+        if (late)
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past kMaxTick + kClaimGrace
+        else
+          std::this_thread::yield();  // as a caller descheduled before its wait: a woken thread runs first
+        w->wait();
+        SH_CHECK(v[0] == 2 * k + 1 && v.back() == 2 * k + 1) << "got " << v[0] << " at op " << k;
+      };
+      for (int k = 0; k < 50; ++k) allreduce(k, false);
+      long sleeps = 0;
+      for (int round = 0; round < 5; ++round) {
+        allreduce(1000 + round, true);
+        const long before = progress_thread_sleeps();
+        for (int k = 0; k < 200; ++k) allreduce(k, false);
+        sleeps += progress_thread_sleeps() - before;
+      }
+      note("progress thread sleeps: " + std::to_string(sleeps) + " in 1000 ops");
+      SH_CHECK(sleeps < 100) << "the progress thread slept " << sleeps << " times in 1000 ops waited for at once";
     });
   }
 }

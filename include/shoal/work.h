@@ -51,6 +51,8 @@ class Work {
 
   // For the core: mark the op finished (err null on success).
   void finish(std::exception_ptr err);
+  // For the core: an unbounded wait() has begun, whether or not the op had finished by then.
+  bool waited_for() const;
 
  private:
   void kick_once() const;
@@ -59,7 +61,7 @@ class Work {
 
   std::string name_;
   WorkDriver* const driver_;
-  mutable std::atomic<uint8_t> asked_{0};  // kHelped, kKicked: what was asked of the driver
+  mutable std::atomic<uint8_t> asked_{0};  // kWaited, kKicked (work.cpp)
   // kFinishing, kDone, kCallback (work.cpp); the word waiters sleep on. No lock: an op's fixed cost
   // is a few atomic operations, and nothing is woken unless a thread sleeps (waiters_).
   std::atomic<uint32_t> state_{0};

@@ -59,10 +59,10 @@ constexpr size_t kMaxPublished = 4096;  // bytes of an abort reason published to
 // within kActiveFor, the idle progress thread looks at the queue every tick, and takes a
 // collective it has seen first in the queue, unclaimed, for kClaimGrace; after kActiveFor without
 // a submit it sleeps until woken. (Only the progress thread reads the clock for this: a submit
-// does not.) A tick starts at kTick and doubles, up to kMaxTick, while the ticks find no op
-// waiting for the thread (the queue empty, or the engine owned by a caller), as when callers wait
-// for their ops at once: each tick wakes the thread on a core that a rank's op needs
-// (BENCHMARKS.md, "The progress thread's ticks").
+// does not.) A tick starts at kTick and doubles, up to kMaxTick, until the thread takes an op, as
+// while callers wait for their ops at once (an op it sees queued is usually claimed by its caller
+// within kClaimGrace): each tick wakes the thread on a core that a rank's op needs (BENCHMARKS.md,
+// "The progress thread's ticks").
 constexpr std::chrono::microseconds kTick{1000};
 constexpr std::chrono::microseconds kMaxTick{8000};
 constexpr std::chrono::microseconds kClaimGrace{200};
@@ -266,6 +266,8 @@ struct Communicator::Impl final : WorkDriver {
       gate.store(kOpen, std::memory_order_release);
   }
   bool eager = false;         // callers here do not wait at once: wake the progress thread at submit
+  WorkPtr last_taken;         // the op the progress thread took last, while it is eager
+  uint64_t take_now = 0;      // the progress thread takes the ops up to this id at once (kick)
   bool deep_sleep = false;    // the progress thread waits untimed: a submit must wake it
   uint64_t submitted = 0;     // ops ever submitted
   std::atomic<int> npending{0};  // size of `pending`, readable without the progress thread
@@ -296,7 +298,8 @@ struct Communicator::Impl final : WorkDriver {
   // cost 5-10x the op itself (BENCHMARKS.md, "Small messages: the hand-off to the progress
   // thread"). An op nobody waits for is taken by the ticking progress thread (kTick,
   // kClaimGrace) or woken for by run_async()/test()/a bounded wait (kick); once that happens the
-  // communicator wakes the thread at every submit (eager) until a caller waits at once again.
+  // communicator wakes the thread at every submit (eager) until a caller waits at once again:
+  // for an op still queued, or for the op the thread took last.
   // While p2p ops are in flight the progress thread progresses them and takes every new op.
   WorkPtr submit(Op op);
   // A caller waits for `w`: runs the ops queued up to and including it on this thread (and
@@ -556,6 +559,11 @@ WorkPtr Communicator::Impl::submit(Op op) {
     op.id = ++submitted;
     queue.push_back(std::move(op));
     queued.fetch_add(1);
+    // The op the progress thread took last has been waited for by its caller, before this submit:
+    // callers wait at once again, and may only have been late to take that op (descheduled past
+    // kClaimGrace, or a step behind the thread a submit woke). Left eager, the thread woken at
+    // each submit takes op after op from callers that wait for them.
+    if (eager && last_taken && last_taken->waited_for()) eager = false, last_taken.reset();
     // With point-to-point ops in flight the progress thread waits in the engine, and only it
     // can run the op (run_claimed declines).
     wake = eager || deep_sleep || npending.load() != 0;
@@ -572,6 +580,8 @@ void Communicator::Impl::kick() {
     std::lock_guard<std::mutex> lk(mu);
     if (queue.empty()) return;
     eager = true;
+    take_now = submitted;  // these, at once, even if a submit ends eager before the thread takes them
+    last_taken.reset();
   }
   cv.notify_one();
   engine->wake();
@@ -782,9 +792,8 @@ void Communicator::Impl::loop() {
         const auto now = Clock::now();
         if (submitted != submitted_seen) submitted_seen = submitted, active_at = now;
         if (!queue.empty() && !owned) {
-          tick = kTick;  // an op waits in the queue: its caller may not wait for it at once
           const Op& front = queue.front();
-          if (eager) break;
+          if (eager || front.id <= take_now) break;
           if (front.id != front_seen) front_seen = front.id, front_since = now;
           if (now - front_since >= kClaimGrace) break;
           cv.wait_until(lk, front_since + kClaimGrace);
@@ -809,6 +818,8 @@ void Communicator::Impl::loop() {
         queued.fetch_sub(1);
         running = true;
         eager = true;  // its caller did not wait for it at once (or p2p ops are in flight)
+        last_taken = op.work;
+        tick = kTick;
       }
     }
     if (op.work) {

@@ -7,7 +7,9 @@
 
 namespace shoal {
 namespace {
-constexpr uint8_t kHelped = 1, kKicked = 2;  // asked_
+// asked_: an unbounded wait() began (help() asked once); run_async(), test() or a bounded wait()
+// began (kick() asked once).
+constexpr uint8_t kWaited = 1, kKicked = 2;
 // state_: finish() has begun (only the first call goes on); the op is done (error_ is final);
 // on_complete() has stored callback_. Whichever of finish() and on_complete() sets its bit second
 // runs the callback.
@@ -20,32 +22,35 @@ bool Work::done() const { return state_.load(std::memory_order_acquire) & kDone;
 
 bool Work::wait(std::chrono::milliseconds timeout) {
   const bool unbounded = timeout == std::chrono::milliseconds::max();
+  if (unbounded && driver_) {
+    // Marked even when the op is done: the communicator reads it (waited_for()). (A Work with no
+    // driver is complete from the start, and may be shared by threads: it is not written.)
+    const bool first = !(asked_.fetch_or(kWaited) & kWaited);
+    if (first && !done()) driver_->help(this);  // a queued op may run on this thread
+  } else if (!unbounded && !done()) {
+    kick_once();
+  }
   if (!done()) {
-    if (!unbounded) {
-      kick_once();
-    } else if (driver_ && !(asked_.fetch_or(kHelped) & kHelped)) {
-      driver_->help(this);  // an unbounded wait on a queued op may run it on this thread
-    }
-    if (!done()) {
-      const auto deadline = unbounded ? std::chrono::steady_clock::time_point::max() : std::chrono::steady_clock::now() + timeout;
-      waiters_.fetch_add(1, std::memory_order_seq_cst);  // pairs with finish(): it wakes, or we see kDone
-      for (uint32_t s; !((s = state_.load(std::memory_order_seq_cst)) & kDone);) {
-        auto left = kMaxSleep;
-        if (!unbounded) {
-          left = std::min(left, std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now()));
-          if (left.count() <= 0) {
-            waiters_.fetch_sub(1);
-            return false;
-          }
+    const auto deadline = unbounded ? std::chrono::steady_clock::time_point::max() : std::chrono::steady_clock::now() + timeout;
+    waiters_.fetch_add(1, std::memory_order_seq_cst);  // pairs with finish(): it wakes, or we see kDone
+    for (uint32_t s; !((s = state_.load(std::memory_order_seq_cst)) & kDone);) {
+      auto left = kMaxSleep;
+      if (!unbounded) {
+        left = std::min(left, std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now()));
+        if (left.count() <= 0) {
+          waiters_.fetch_sub(1);
+          return false;
         }
-        futex_wait(&state_, s, left);
       }
-      waiters_.fetch_sub(1);
+      futex_wait(&state_, s, left);
     }
+    waiters_.fetch_sub(1);
   }
   if (error_) std::rethrow_exception(error_);
   return true;
 }
+
+bool Work::waited_for() const { return asked_.load(std::memory_order_relaxed) & kWaited; }
 
 bool Work::test() const {
   kick_once();
