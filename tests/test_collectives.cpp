@@ -1110,9 +1110,10 @@ TEST(CollectivesAsync, TheIdleProgressThreadTicksLessWhileCallersWaitAtOnce) {
 
 // A caller late to its op (descheduled past kClaimGrace, as ranks that outnumber cores are) lets
 // the progress thread take it, and the communicator then wakes that thread at each submit. Once
-// the caller has waited for that op, the ops it waits for at once run on its own thread again:
-// the thread woken at a submit, on the rank's one CPU here, would otherwise often run the op
-// before its caller got to wait, and the communicator would stay in that state.
+// the caller waits for its ops at once again, they run on its own thread again: here each caller
+// yields between submit and wait, and the thread a submit woke, on the rank's one CPU, would run
+// the op first every time if the communicator stayed in that state. A caller that computes
+// between its submit and its wait (400 µs here) keeps it: its ops start on the progress thread.
 TEST(CollectivesAsync, OpsWaitedForAtOnceRunOnTheCallersThreadAfterOneTheCallerWasLateTo) {
   const std::vector<int> cpus = shoal::allowed_cpus();
   for (const std::string transport : {"shm", "tcp"}) {
@@ -1125,27 +1126,43 @@ TEST(CollectivesAsync, OpsWaitedForAtOnceRunOnTheCallersThreadAfterOneTheCallerW
       if (sched_setaffinity(0, sizeof one, &one) != 0) throw std::runtime_error("sched_setaffinity");
     };
     run_ranks(2, cfg, [](Communicator& c) {
+      const auto me = std::this_thread::get_id();
       std::vector<int32_t> v(64);
-      auto allreduce = [&](int k, bool late) {
+      enum class Pause { late, none, compute };
+      // Whether the op ran on another thread than this one (as in WhoRunsTheOp, an op finished
+      // before on_complete ran elsewhere).
+      auto allreduce = [&](int k, Pause pause) {
         std::fill(v.begin(), v.end(), k + c.rank());
         auto w = c.allreduce(v.data(), v.data(), v.size(), DType::i32, ReduceOp::sum);
-        if (late)
+        auto elsewhere = std::make_shared<std::atomic<bool>>(false);
+        auto registering = std::make_shared<std::atomic<bool>>(true);
+        w->on_complete([elsewhere, registering, me] { *elsewhere = std::this_thread::get_id() != me || *registering; });
+        *registering = false;
+        if (pause == Pause::late)
           std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past kMaxTick + kClaimGrace
+        else if (pause == Pause::compute)
+          std::this_thread::sleep_for(std::chrono::microseconds(400));
         else
           std::this_thread::yield();  // as a caller descheduled before its wait: a woken thread runs first
         w->wait();
         SH_CHECK(v[0] == 2 * k + 1 && v.back() == 2 * k + 1) << "got " << v[0] << " at op " << k;
+        return elsewhere->load();
       };
-      for (int k = 0; k < 50; ++k) allreduce(k, false);
-      long sleeps = 0;
+      for (int k = 0; k < 50; ++k) allreduce(k, Pause::none);
+      int late_taken = 0, handed = 0, started = 0;
       for (int round = 0; round < 5; ++round) {
-        allreduce(1000 + round, true);
-        const long before = progress_thread_sleeps();
-        for (int k = 0; k < 200; ++k) allreduce(k, false);
-        sleeps += progress_thread_sleeps() - before;
+        late_taken += allreduce(1000 + round, Pause::late);
+        for (int k = 0; k < 200; ++k) handed += allreduce(k, Pause::none);
       }
-      note("progress thread sleeps: " + std::to_string(sleeps) + " in 1000 ops");
-      SH_CHECK(sleeps < 100) << "the progress thread slept " << sleeps << " times in 1000 ops waited for at once";
+      for (int round = 0; round < 3; ++round) {
+        late_taken += allreduce(1000 + round, Pause::late);
+        for (int k = 0; k < 100; ++k) started += allreduce(k, Pause::compute);
+      }
+      note("late ops taken by the progress thread: " + std::to_string(late_taken) + " of 8; waited for at once, ran there: " +
+           std::to_string(handed) + " of 1000; waited for 400 µs late: " + std::to_string(started) + " of 300");
+      SH_CHECK(late_taken > 0) << "the progress thread took none of the 8 ops their callers were 20 ms late to";
+      SH_CHECK(handed < 300) << handed << " of 1000 ops waited for at once ran on the progress thread";
+      SH_CHECK(started > 150) << "only " << started << " of 300 ops waited for 400 µs after their submit ran on the progress thread";
     });
   }
 }

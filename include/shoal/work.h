@@ -51,17 +51,22 @@ class Work {
 
   // For the core: mark the op finished (err null on success).
   void finish(std::exception_ptr err);
-  // For the core: an unbounded wait() has begun, whether or not the op had finished by then.
-  bool waited_for() const;
+  // For the core: from now, the first unbounded wait() notes how long after this call it began,
+  // whether or not the op had finished by then; wait_delay() gives it (negative until then).
+  void time_wait();
+  std::chrono::nanoseconds wait_delay() const;
 
  private:
   void kick_once() const;
+  bool first_wait();  // marks kWaited (and the delay, if timed); true the first time
 
   bool done() const;
 
   std::string name_;
   WorkDriver* const driver_;
-  mutable std::atomic<uint8_t> asked_{0};  // kWaited, kKicked (work.cpp)
+  mutable std::atomic<uint8_t> asked_{0};  // kWaited, kKicked, kTimed (work.cpp)
+  int64_t timed_from_ns_ = 0;                 // steady clock, by time_wait()
+  std::atomic<int64_t> wait_delay_ns_{-1};
   // kFinishing, kDone, kCallback (work.cpp); the word waiters sleep on. No lock: an op's fixed cost
   // is a few atomic operations, and nothing is woken unless a thread sleeps (waiters_).
   std::atomic<uint32_t> state_{0};

@@ -266,8 +266,8 @@ struct Communicator::Impl final : WorkDriver {
       gate.store(kOpen, std::memory_order_release);
   }
   bool eager = false;         // callers here do not wait at once: wake the progress thread at submit
-  WorkPtr last_taken;         // the op the progress thread took last, while it is eager
-  uint64_t take_now = 0;      // the progress thread takes the ops up to this id at once (kick)
+  WorkPtr last_taken;         // the op the progress thread took last (none after a kick)
+  uint64_t take_now = 0;      // the progress thread takes the ops up to this id at once
   bool deep_sleep = false;    // the progress thread waits untimed: a submit must wake it
   uint64_t submitted = 0;     // ops ever submitted
   std::atomic<int> npending{0};  // size of `pending`, readable without the progress thread
@@ -299,7 +299,7 @@ struct Communicator::Impl final : WorkDriver {
   // thread"). An op nobody waits for is taken by the ticking progress thread (kTick,
   // kClaimGrace) or woken for by run_async()/test()/a bounded wait (kick); once that happens the
   // communicator wakes the thread at every submit (eager) until a caller waits at once again:
-  // for an op still queued, or for the op the thread took last.
+  // for an op still queued, or, within kClaimGrace of its submit, for the op the thread took last.
   // While p2p ops are in flight the progress thread progresses them and takes every new op.
   WorkPtr submit(Op op);
   // A caller waits for `w`: runs the ops queued up to and including it on this thread (and
@@ -308,6 +308,9 @@ struct Communicator::Impl final : WorkDriver {
   void run_claimed(const Work* w);
   void help(const Work* w) override { run_claimed(w); }
   void kick() override;  // the progress thread takes the queued ops now, and from now on
+  // The progress thread takes the ops queued now at once; with `and_later` (kick) it is woken for
+  // each later op too (eager).
+  void hand_queued_ops(bool and_later);
   bool queued_op(const Work* w) const {  // under mu
     for (size_t i = 0; i < queue.size(); ++i)
       if (queue[i].work.get() == w) return true;
@@ -559,11 +562,17 @@ WorkPtr Communicator::Impl::submit(Op op) {
     op.id = ++submitted;
     queue.push_back(std::move(op));
     queued.fetch_add(1);
-    // The op the progress thread took last has been waited for by its caller, before this submit:
-    // callers wait at once again, and may only have been late to take that op (descheduled past
-    // kClaimGrace, or a step behind the thread a submit woke). Left eager, the thread woken at
-    // each submit takes op after op from callers that wait for them.
-    if (eager && last_taken && last_taken->waited_for()) eager = false, last_taken.reset();
+    // While eager, a Work times its caller's wait (the clock is read only then). The op the
+    // progress thread took last was waited for within kClaimGrace of its submit: its caller
+    // waits at once, and was only a step behind the thread that the submit woke. Left eager,
+    // that thread would take op after op from callers that wait for them (BENCHMARKS.md, "A
+    // late caller left every op to the progress thread"). A caller that computes between its
+    // submit and its wait stays eager: its ops start at once.
+    if (eager) {
+      const auto delay = last_taken ? last_taken->wait_delay() : std::chrono::nanoseconds(-1);
+      if (delay.count() >= 0 && delay < kClaimGrace) eager = false, last_taken.reset();
+    }
+    if (eager) work->time_wait();
     // With point-to-point ops in flight the progress thread waits in the engine, and only it
     // can run the op (run_claimed declines).
     wake = eager || deep_sleep || npending.load() != 0;
@@ -575,13 +584,14 @@ WorkPtr Communicator::Impl::submit(Op op) {
   return work;
 }
 
-void Communicator::Impl::kick() {
+void Communicator::Impl::kick() { hand_queued_ops(true); }
+
+void Communicator::Impl::hand_queued_ops(bool and_later) {
   {
     std::lock_guard<std::mutex> lk(mu);
     if (queue.empty()) return;
-    eager = true;
-    take_now = submitted;  // these, at once, even if a submit ends eager before the thread takes them
-    last_taken.reset();
+    take_now = submitted;  // these at once, even if a submit ends eager before the thread takes them
+    if (and_later) eager = true, last_taken.reset();
   }
   cv.notify_one();
   engine->wake();
@@ -602,7 +612,7 @@ void Communicator::Impl::run_claimed(const Work* w) {
     }
   }
   if (!op.work) {  // another thread runs ops, or p2p ops are in flight: the progress thread's
-    kick();
+    hand_queued_ops(false);  // this caller waits at once: the later ops are still their callers'
     return;
   }
   // This thread owns the engine now: it runs the collectives and posts the p2p ops queued up to
@@ -817,7 +827,10 @@ void Communicator::Impl::loop() {
         op = queue.pop_front();
         queued.fetch_sub(1);
         running = true;
-        eager = true;  // its caller did not wait for it at once (or p2p ops are in flight)
+        // Taken after kClaimGrace: its caller did not wait for it at once (or p2p ops are in
+        // flight). Ops taken at once (take_now: a kick, or a waiter that found the engine owned)
+        // leave eager as it is.
+        if (op.id > take_now) eager = true;
         last_taken = op.work;
         tick = kTick;
       }

@@ -8,8 +8,9 @@
 namespace shoal {
 namespace {
 // asked_: an unbounded wait() began (help() asked once); run_async(), test() or a bounded wait()
-// began (kick() asked once).
-constexpr uint8_t kWaited = 1, kKicked = 2;
+// began (kick() asked once); time_wait() was called.
+constexpr uint8_t kWaited = 1, kKicked = 2, kTimed = 4;
+int64_t steady_ns() { return std::chrono::steady_clock::now().time_since_epoch() / std::chrono::nanoseconds(1); }
 // state_: finish() has begun (only the first call goes on); the op is done (error_ is final);
 // on_complete() has stored callback_. Whichever of finish() and on_complete() sets its bit second
 // runs the callback.
@@ -22,13 +23,14 @@ bool Work::done() const { return state_.load(std::memory_order_acquire) & kDone;
 
 bool Work::wait(std::chrono::milliseconds timeout) {
   const bool unbounded = timeout == std::chrono::milliseconds::max();
-  if (unbounded && driver_) {
-    // Marked even when the op is done: the communicator reads it (waited_for()). (A Work with no
-    // driver is complete from the start, and may be shared by threads: it is not written.)
-    const bool first = !(asked_.fetch_or(kWaited) & kWaited);
-    if (first && !done()) driver_->help(this);  // a queued op may run on this thread
-  } else if (!unbounded && !done()) {
-    kick_once();
+  if (!done()) {
+    if (!unbounded) {
+      kick_once();
+    } else if (driver_ && first_wait()) {
+      driver_->help(this);  // an unbounded wait on a queued op may run it on this thread
+    }
+  } else if (unbounded && (asked_.load(std::memory_order_relaxed) & kTimed)) {
+    first_wait();  // the op ran on another thread before its caller waited: the delay counts
   }
   if (!done()) {
     const auto deadline = unbounded ? std::chrono::steady_clock::time_point::max() : std::chrono::steady_clock::now() + timeout;
@@ -50,7 +52,21 @@ bool Work::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
-bool Work::waited_for() const { return asked_.load(std::memory_order_relaxed) & kWaited; }
+bool Work::first_wait() {
+  const uint8_t asked = asked_.fetch_or(kWaited);
+  if (asked & kWaited) return false;
+  if (asked & kTimed) wait_delay_ns_.store(steady_ns() - timed_from_ns_, std::memory_order_relaxed);
+  return true;
+}
+
+void Work::time_wait() {
+  timed_from_ns_ = steady_ns();
+  asked_.fetch_or(kTimed, std::memory_order_release);
+}
+
+std::chrono::nanoseconds Work::wait_delay() const {
+  return std::chrono::nanoseconds(wait_delay_ns_.load(std::memory_order_relaxed));
+}
 
 bool Work::test() const {
   kick_once();
