@@ -6,6 +6,7 @@
 #include <exception>
 #include <functional>
 #include <string>
+#include <thread>
 
 namespace shoal {
 
@@ -51,10 +52,13 @@ class Work {
 
   // For the core: mark the op finished (err null on success).
   void finish(std::exception_ptr err);
-  // For the core: from now, the first unbounded wait() notes how long after this call it began,
-  // whether or not the op had finished by then; wait_delay() gives it (negative until then).
+  // For the core, by the thread that submits the op: if that thread's first unbounded wait()
+  // comes from the same thread, it notes the CPU time the thread used between this call and the
+  // wait (time off the CPU does not count), whether or not the op had finished by then;
+  // cpu_before_wait() gives it, negative until then or if another thread waits. test() and
+  // bounded waits do not count. Called at most once, before the Work reaches another thread.
   void time_wait();
-  std::chrono::nanoseconds wait_delay() const;
+  std::chrono::nanoseconds cpu_before_wait() const;
 
  private:
   void kick_once() const;
@@ -65,8 +69,9 @@ class Work {
   std::string name_;
   WorkDriver* const driver_;
   mutable std::atomic<uint8_t> asked_{0};  // kWaited, kKicked, kTimed (work.cpp)
-  int64_t timed_from_ns_ = 0;                 // steady clock, by time_wait()
-  std::atomic<int64_t> wait_delay_ns_{-1};
+  std::thread::id timed_thread_;  // by time_wait(): the thread and its CPU time
+  int64_t timed_from_ns_ = 0;
+  std::atomic<int64_t> cpu_before_wait_ns_{-1};
   // kFinishing, kDone, kCallback (work.cpp); the word waiters sleep on. No lock: an op's fixed cost
   // is a few atomic operations, and nothing is woken unless a thread sleeps (waiters_).
   std::atomic<uint32_t> state_{0};

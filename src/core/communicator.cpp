@@ -59,7 +59,7 @@ constexpr size_t kMaxPublished = 4096;  // bytes of an abort reason published to
 // within kActiveFor, the idle progress thread looks at the queue every tick, and takes a
 // collective it has seen first in the queue, unclaimed, for kClaimGrace; after kActiveFor without
 // a submit it sleeps until woken. (Only the progress thread reads the clock for this: a submit
-// does not.) A tick starts at kTick and doubles, up to kMaxTick, until the thread takes an op, as
+// reads it only while the communicator is eager, Impl::submit.) A tick starts at kTick and doubles, up to kMaxTick, until the thread takes an op, as
 // while callers wait for their ops at once (an op it sees queued is usually claimed by its caller
 // within kClaimGrace): each tick wakes the thread on a core that a rank's op needs (BENCHMARKS.md,
 // "The progress thread's ticks").
@@ -307,7 +307,7 @@ struct Communicator::Impl final : WorkDriver {
   // the progress thread does).
   void run_claimed(const Work* w);
   void help(const Work* w) override { run_claimed(w); }
-  void kick() override;  // the progress thread takes the queued ops now, and from now on
+  void kick() override;  // the progress thread takes the queued ops now, and later ones while eager
   // The progress thread takes the ops queued now at once; with `and_later` (kick) it is woken for
   // each later op too (eager).
   void hand_queued_ops(bool and_later);
@@ -562,17 +562,23 @@ WorkPtr Communicator::Impl::submit(Op op) {
     op.id = ++submitted;
     queue.push_back(std::move(op));
     queued.fetch_add(1);
-    // While eager, a Work times its caller's wait (the clock is read only then). The op the
-    // progress thread took last was waited for within kClaimGrace of its submit: its caller
-    // waits at once, and was only a step behind the thread that the submit woke. Left eager,
-    // that thread would take op after op from callers that wait for them (BENCHMARKS.md, "A
-    // late caller left every op to the progress thread"). A caller that computes between its
-    // submit and its wait stays eager: its ops start at once.
+    // While eager, a Work notes the CPU time its caller uses before it waits (the clock is read
+    // only then). The op the progress thread took last was waited for by the thread that
+    // submitted it, with less than kClaimGrace of that thread's CPU time between: its caller
+    // waits at once, and was only a step behind the thread that the submit woke (or off its CPU:
+    // ranks that share cores). Left eager, that thread would take op after op from callers that
+    // wait for them (BENCHMARKS.md, "A late caller left every op to the progress thread"). A
+    // caller that computes between its submit and its wait stays eager: its ops start at once.
+    // One that blocks there (I/O, a sleep) counts as waiting at once: its ops start within the
+    // ticks unless it calls run_async().
     if (eager) {
-      const auto delay = last_taken ? last_taken->wait_delay() : std::chrono::nanoseconds(-1);
-      if (delay.count() >= 0 && delay < kClaimGrace) eager = false, last_taken.reset();
+      const auto cpu = last_taken ? last_taken->cpu_before_wait() : std::chrono::nanoseconds(-1);
+      if (cpu.count() >= 0 && cpu < kClaimGrace) eager = false, last_taken.reset();
     }
-    if (eager) work->time_wait();
+    if (eager) {
+      work->time_wait();
+      take_now = submitted;  // woken for: taken at once, even if a later submit ends eager
+    }
     // With point-to-point ops in flight the progress thread waits in the engine, and only it
     // can run the op (run_claimed declines).
     wake = eager || deep_sleep || npending.load() != 0;

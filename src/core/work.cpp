@@ -1,5 +1,7 @@
 #include "shoal/work.h"
 
+#include <time.h>
+
 #include <algorithm>
 
 #include "base/log.h"
@@ -7,10 +9,14 @@
 
 namespace shoal {
 namespace {
-// asked_: an unbounded wait() began (help() asked once); run_async(), test() or a bounded wait()
-// began (kick() asked once); time_wait() was called.
+// asked_: an unbounded wait() began (help() asked once, if the op had not finished);
+// run_async(), test() or a bounded wait() began (kick() asked once); time_wait() was called.
 constexpr uint8_t kWaited = 1, kKicked = 2, kTimed = 4;
-int64_t steady_ns() { return std::chrono::steady_clock::now().time_since_epoch() / std::chrono::nanoseconds(1); }
+int64_t thread_cpu_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
 // state_: finish() has begun (only the first call goes on); the op is done (error_ is final);
 // on_complete() has stored callback_. Whichever of finish() and on_complete() sets its bit second
 // runs the callback.
@@ -55,17 +61,19 @@ bool Work::wait(std::chrono::milliseconds timeout) {
 bool Work::first_wait() {
   const uint8_t asked = asked_.fetch_or(kWaited);
   if (asked & kWaited) return false;
-  if (asked & kTimed) wait_delay_ns_.store(steady_ns() - timed_from_ns_, std::memory_order_relaxed);
+  if ((asked & kTimed) && timed_thread_ == std::this_thread::get_id())
+    cpu_before_wait_ns_.store(thread_cpu_ns() - timed_from_ns_, std::memory_order_relaxed);
   return true;
 }
 
 void Work::time_wait() {
-  timed_from_ns_ = steady_ns();
+  timed_thread_ = std::this_thread::get_id();
+  timed_from_ns_ = thread_cpu_ns();
   asked_.fetch_or(kTimed, std::memory_order_release);
 }
 
-std::chrono::nanoseconds Work::wait_delay() const {
-  return std::chrono::nanoseconds(wait_delay_ns_.load(std::memory_order_relaxed));
+std::chrono::nanoseconds Work::cpu_before_wait() const {
+  return std::chrono::nanoseconds(cpu_before_wait_ns_.load(std::memory_order_relaxed));
 }
 
 bool Work::test() const {
