@@ -52,11 +52,12 @@ class Work {
 
   // For the core: mark the op finished (err null on success).
   void finish(std::exception_ptr err);
-  // For the core, by the thread that submits the op: if that thread's first unbounded wait()
-  // comes from the same thread, it notes the CPU time the thread used between this call and the
-  // wait (time off the CPU does not count), whether or not the op had finished by then;
-  // cpu_before_wait() gives it, negative until then or if another thread waits. test() and
-  // bounded waits do not count. Called at most once, before the Work reaches another thread.
+  // For the core, by the thread that submits the op, at most once, before the Work reaches
+  // another thread: if the op's first unbounded wait() comes from this thread, and the thread
+  // has not blocked in between (a sleep, I/O), the wait notes the CPU time the thread used in
+  // between, whether or not the op had finished by then (time off the CPU, preempted or yielded,
+  // does not count). cpu_before_wait() gives it; negative until then, or if another thread
+  // waits, or the thread blocked. test() and bounded waits do not count.
   void time_wait();
   std::chrono::nanoseconds cpu_before_wait() const;
 
@@ -69,8 +70,9 @@ class Work {
   std::string name_;
   WorkDriver* const driver_;
   mutable std::atomic<uint8_t> asked_{0};  // kWaited, kKicked, kTimed (work.cpp)
-  std::thread::id timed_thread_;  // by time_wait(): the thread and its CPU time
-  int64_t timed_from_ns_ = 0;
+  std::thread::id timed_thread_;  // by time_wait(): the thread, its CPU time, its blocking sleeps
+  int64_t timed_cpu_us_ = 0;
+  long timed_blocked_ = 0;
   std::atomic<int64_t> cpu_before_wait_ns_{-1};
   // kFinishing, kDone, kCallback (work.cpp); the word waiters sleep on. No lock: an op's fixed cost
   // is a few atomic operations, and nothing is woken unless a thread sleeps (waiters_).

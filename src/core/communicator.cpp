@@ -58,8 +58,8 @@ constexpr size_t kMaxPublished = 4096;  // bytes of an abort reason published to
 // Collectives reach the progress thread lazily (Impl::submit says why). While ops were submitted
 // within kActiveFor, the idle progress thread looks at the queue every tick, and takes a
 // collective it has seen first in the queue, unclaimed, for kClaimGrace; after kActiveFor without
-// a submit it sleeps until woken. (Only the progress thread reads the clock for this: a submit
-// reads it only while the communicator is eager, Impl::submit.) A tick starts at kTick and doubles, up to kMaxTick, until the thread takes an op, as
+// a submit it sleeps until woken. (Only the progress thread reads the clock for this. While the
+// communicator is eager, a submit and the first wait read the caller's usage: Impl::submit.) A tick starts at kTick and doubles, up to kMaxTick, until the thread takes an op, as
 // while callers wait for their ops at once (an op it sees queued is usually claimed by its caller
 // within kClaimGrace): each tick wakes the thread on a core that a rank's op needs (BENCHMARKS.md,
 // "The progress thread's ticks").
@@ -299,7 +299,8 @@ struct Communicator::Impl final : WorkDriver {
   // thread"). An op nobody waits for is taken by the ticking progress thread (kTick,
   // kClaimGrace) or woken for by run_async()/test()/a bounded wait (kick); once that happens the
   // communicator wakes the thread at every submit (eager) until a caller waits at once again:
-  // for an op still queued, or, within kClaimGrace of its submit, for the op the thread took last.
+  // for an op still queued, or for the op the thread took last, neither blocking nor using
+  // kClaimGrace of CPU time after its submit.
   // While p2p ops are in flight the progress thread progresses them and takes every new op.
   WorkPtr submit(Op op);
   // A caller waits for `w`: runs the ops queued up to and including it on this thread (and
@@ -554,7 +555,7 @@ Algo Communicator::algo_for(const std::string& op, size_t bytes, CallOptions o) 
 WorkPtr Communicator::Impl::submit(Op op) {
   WorkPtr work = std::make_shared<Work>(op.what, this);
   op.work = work;
-  bool wake;
+  bool wake, timed;
   {
     std::unique_lock<std::mutex> lk(mu);
     if (stop) throw Error("communicator is being destroyed");
@@ -562,27 +563,25 @@ WorkPtr Communicator::Impl::submit(Op op) {
     op.id = ++submitted;
     queue.push_back(std::move(op));
     queued.fetch_add(1);
-    // While eager, a Work notes the CPU time its caller uses before it waits (the clock is read
-    // only then). The op the progress thread took last was waited for by the thread that
-    // submitted it, with less than kClaimGrace of that thread's CPU time between: its caller
-    // waits at once, and was only a step behind the thread that the submit woke (or off its CPU:
-    // ranks that share cores). Left eager, that thread would take op after op from callers that
-    // wait for them (BENCHMARKS.md, "A late caller left every op to the progress thread"). A
-    // caller that computes between its submit and its wait stays eager: its ops start at once.
-    // One that blocks there (I/O, a sleep) counts as waiting at once: its ops start within the
-    // ticks unless it calls run_async().
+    // While eager, a Work notes what its caller does before it waits (Work::time_wait; the
+    // thread's usage is read only then). The op the progress thread took last was waited for by
+    // the thread that submitted it, which neither blocked nor used kClaimGrace of CPU time in
+    // between: its caller waits at once, and was only a step behind the thread that the submit
+    // woke, or off its CPU (ranks that share cores). Left eager, that thread would take op after
+    // op from callers that wait for them (BENCHMARKS.md, "A late caller left every op to the
+    // progress thread"). A caller that computes or blocks (I/O, a sleep) between its submit and
+    // its wait stays eager: its ops start at once.
     if (eager) {
       const auto cpu = last_taken ? last_taken->cpu_before_wait() : std::chrono::nanoseconds(-1);
       if (cpu.count() >= 0 && cpu < kClaimGrace) eager = false, last_taken.reset();
     }
-    if (eager) {
-      work->time_wait();
-      take_now = submitted;  // woken for: taken at once, even if a later submit ends eager
-    }
+    timed = eager;
+    if (eager) take_now = submitted;  // woken for: taken at once, even if a later submit ends eager
     // With point-to-point ops in flight the progress thread waits in the engine, and only it
     // can run the op (run_claimed declines).
     wake = eager || deep_sleep || npending.load() != 0;
   }
+  if (timed) work->time_wait();  // outside mu: a system call; the Work is this thread's still
   if (wake) {
     cv.notify_one();
     engine->wake();

@@ -1,6 +1,6 @@
 #include "shoal/work.h"
 
-#include <time.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 
@@ -12,10 +12,17 @@ namespace {
 // asked_: an unbounded wait() began (help() asked once, if the op had not finished);
 // run_async(), test() or a bounded wait() began (kick() asked once); time_wait() was called.
 constexpr uint8_t kWaited = 1, kKicked = 2, kTimed = 4;
-int64_t thread_cpu_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+// This thread's CPU time (µs) and how often it has blocked (voluntary context switches: a sleep,
+// I/O, a futex wait; not a preemption or a yield).
+struct ThreadUsage {
+  int64_t cpu_us = 0;
+  long blocked = 0;
+};
+ThreadUsage thread_usage() {
+  rusage ru{};
+  getrusage(RUSAGE_THREAD, &ru);
+  auto us = [](const timeval& t) { return int64_t(t.tv_sec) * 1000000 + t.tv_usec; };
+  return {us(ru.ru_utime) + us(ru.ru_stime), ru.ru_nvcsw};
 }
 // state_: finish() has begun (only the first call goes on); the op is done (error_ is final);
 // on_complete() has stored callback_. Whichever of finish() and on_complete() sets its bit second
@@ -61,14 +68,19 @@ bool Work::wait(std::chrono::milliseconds timeout) {
 bool Work::first_wait() {
   const uint8_t asked = asked_.fetch_or(kWaited);
   if (asked & kWaited) return false;
-  if ((asked & kTimed) && timed_thread_ == std::this_thread::get_id())
-    cpu_before_wait_ns_.store(thread_cpu_ns() - timed_from_ns_, std::memory_order_relaxed);
+  if ((asked & kTimed) && timed_thread_ == std::this_thread::get_id()) {
+    const ThreadUsage now = thread_usage();
+    if (now.blocked == timed_blocked_)
+      cpu_before_wait_ns_.store((now.cpu_us - timed_cpu_us_) * 1000, std::memory_order_relaxed);
+  }
   return true;
 }
 
 void Work::time_wait() {
   timed_thread_ = std::this_thread::get_id();
-  timed_from_ns_ = thread_cpu_ns();
+  const ThreadUsage now = thread_usage();
+  timed_cpu_us_ = now.cpu_us;
+  timed_blocked_ = now.blocked;
   asked_.fetch_or(kTimed, std::memory_order_release);
 }
 
