@@ -63,7 +63,7 @@ class Work {
 
  private:
   void kick_once() const;
-  bool first_wait();  // marks kWaited (and the delay, if timed); true the first time
+  bool first_wait();  // marks kWaited (and notes cpu_before_wait, if timed); true the first time
 
   bool done() const;
 

@@ -43,7 +43,7 @@ bool Work::wait(std::chrono::milliseconds timeout) {
       driver_->help(this);  // an unbounded wait on a queued op may run it on this thread
     }
   } else if (unbounded && (asked_.load(std::memory_order_relaxed) & kTimed)) {
-    first_wait();  // the op ran on another thread before its caller waited: the delay counts
+    first_wait();  // the op ran on another thread before its caller waited: that wait counts too
   }
   if (!done()) {
     const auto deadline = unbounded ? std::chrono::steady_clock::time_point::max() : std::chrono::steady_clock::now() + timeout;
