@@ -59,10 +59,11 @@ constexpr size_t kMaxPublished = 4096;  // bytes of an abort reason published to
 // within kActiveFor, the idle progress thread looks at the queue every tick, and takes a
 // collective it has seen first in the queue, unclaimed, for kClaimGrace; after kActiveFor without
 // a submit it sleeps until woken. (Only the progress thread reads the clock for this. While the
-// communicator is eager, a submit and the first wait read the caller's usage: Impl::submit.) A tick starts at kTick and doubles, up to kMaxTick, until the thread takes an op, as
-// while callers wait for their ops at once (an op it sees queued is usually claimed by its caller
-// within kClaimGrace): each tick wakes the thread on a core that a rank's op needs (BENCHMARKS.md,
-// "The progress thread's ticks").
+// communicator is eager, a submit and the first wait read the caller's usage: Impl::submit.) A
+// tick starts at kTick and doubles, up to kMaxTick, until the thread takes an op, as while callers
+// wait for their ops at once (an op it sees queued is usually claimed by its caller within
+// kClaimGrace): each tick wakes the thread on a core that a rank's op needs (BENCHMARKS.md, "The
+// progress thread's ticks").
 constexpr std::chrono::microseconds kTick{1000};
 constexpr std::chrono::microseconds kMaxTick{8000};
 constexpr std::chrono::microseconds kClaimGrace{200};
