@@ -296,8 +296,8 @@ INSTANTIATE_TEST_SUITE_P(All, SingleCopyBroadcast, way_values(), way_name);
 
 // allgather and allgatherv at 2 ranks above the small protocol, each way forced
 // (SHOAL_DIRECT_ALLGATHER) and chosen by the measured costs, with single copy on and off: equal
-// and unequal blocks, odd sizes (up to past 8 MiB a block, where single copy writes the own block
-// by non-temporal stores), in place (the input as the rank's own block of the output, and
+// and unequal blocks, odd sizes (up to past 16 MiB a block, where single copy writes the own block
+// by non-temporal stores on every CPU: from 8 MiB, or 16 MiB on Intel), in place (the input as the rank's own block of the output, and
 // the input at the output's start on both ranks), ranks out of step; compared against values
 // computed here.
 class SingleCopyAllgather : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};
@@ -312,12 +312,13 @@ TEST_P(SingleCopyAllgather, MatchesTheReference) {
     std::mt19937 rng(17 + c.rank());
     const int p = c.size(), me = c.rank();
     const size_t kib = 1024 / sizeof(float);
-    const size_t sizes[] = {4 * kib + 1, 32 * kib - 1, 128 * kib + 3, 512 * kib, 2048 * kib + 7, 8192 * kib + 5};
+    const size_t sizes[] = {4 * kib + 1, 32 * kib - 1, 128 * kib + 3, 512 * kib, 2048 * kib + 7, 8192 * kib + 5, 16384 * kib + 3};
+    constexpr int kSizes = static_cast<int>(std::size(sizes));
     std::vector<float> in, out;
-    for (int iter = 0; iter < 36; ++iter) {
-      const size_t base = sizes[iter % 6];
+    for (int iter = 0; iter < 6 * kSizes; ++iter) {
+      const size_t base = sizes[iter % kSizes];
       const bool uneven = iter % 4 >= 2;
-      const int where = iter / 6 % 3;  // the input: its own buffer, the own block of out, out's start
+      const int where = iter / kSizes % 3;  // the input: its own buffer, the own block of out, out's start
       std::vector<size_t> counts(p, base);
       if (uneven) counts[1] = base / 3 + 1;  // rank 1's block a third of rank 0's
       std::vector<size_t> off(p, 0);

@@ -26,6 +26,10 @@ namespace {
 
 using namespace direct;
 
+// The 2-rank allgather by single copy streams its own block from this size on an Intel Xeon of
+// ours, whose cache keeps a whole 16 MiB output of each rank (kStreamingOutputBytes elsewhere).
+constexpr size_t kStreamOwnBlockIntel = size_t(16) << 20;
+
 void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, uint64_t sig) {
   if (small_fits(b.max_len())) return gather_small(c, in, out, b, root, sig);
   ShmGroup& g = *c.shm();
@@ -54,8 +58,10 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
     g.read(j, peer_buffer(c, j), u8(out) + b.off[j], b.len[j]);
     // Its own block by non-temporal stores once that block alone is that large: with smaller
     // blocks the output stays in cache and ordinary stores win (BENCHMARKS.md, "Broadcast and
-    // allgather tuned again; allgather's own block streamed"). In place: nothing to copy.
-    if (own != mine) output_copy(b.len[r])(own, mine, b.len[r]);
+    // allgather tuned again; allgather's own block streamed", and "The 2-rank allgather's own
+    // block on Intel" for the larger size there). In place: nothing to copy.
+    const size_t stream_from = c.ways().cpu() == BuiltInCpu::intel ? kStreamOwnBlockIntel : kStreamingOutputBytes;
+    if (own != mine) (b.len[r] >= stream_from ? copy_streaming : copy_bytes)(own, mine, b.len[r]);
     return end_single(c);
   }
   begin(c, sig);
