@@ -317,8 +317,9 @@ TEST_P(SingleCopyAllgather, MatchesTheReference) {
     std::vector<float> in, out;
     for (int iter = 0; iter < 6 * kSizes; ++iter) {
       const size_t base = sizes[iter % kSizes];
-      const bool uneven = iter % 4 >= 2;
+      // Every size with every `where` and both `uneven`: 6·kSizes iterations, each pair once.
       const int where = iter / kSizes % 3;  // the input: its own buffer, the own block of out, out's start
+      const bool uneven = iter / (3 * kSizes) % 2 == 1;
       std::vector<size_t> counts(p, base);
       if (uneven) counts[1] = base / 3 + 1;  // rank 1's block a third of rank 0's
       std::vector<size_t> off(p, 0);

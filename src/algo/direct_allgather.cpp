@@ -27,7 +27,9 @@ namespace {
 using namespace direct;
 
 // The 2-rank allgather by single copy streams its own block from this size on an Intel Xeon of
-// ours, whose cache keeps a whole 16 MiB output of each rank (kStreamingOutputBytes elsewhere).
+// ours (kStreamingOutputBytes elsewhere): its cache keeps an own block of 8 MiB with the rest of
+// the output, where ordinary stores were faster (BENCHMARKS.md, "The 2-rank allgather's own block
+// on Intel").
 constexpr size_t kStreamOwnBlockIntel = size_t(16) << 20;
 
 void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, uint64_t sig) {

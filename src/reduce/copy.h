@@ -8,7 +8,8 @@
 namespace shoal {
 
 // Outputs at least this large (the whole op's output, bytes; the 2-rank single-copy allgather
-// compares its own block, direct_allgather.cpp) are written with copy_streaming.
+// compares its own block, with a larger size on Intel: direct_allgather.cpp) are written with
+// copy_streaming.
 inline constexpr size_t kStreamingOutputBytes = size_t(8) << 20;
 
 // copy_streaming copies shorter than this with ordinary stores.
