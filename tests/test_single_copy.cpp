@@ -297,9 +297,9 @@ INSTANTIATE_TEST_SUITE_P(All, SingleCopyBroadcast, way_values(), way_name);
 // allgather and allgatherv at 2 ranks above the small protocol, each way forced
 // (SHOAL_DIRECT_ALLGATHER) and chosen by the measured costs, with single copy on and off: equal
 // and unequal blocks, odd sizes (up to past 16 MiB a block, where single copy writes the own block
-// by non-temporal stores on every CPU: from 8 MiB, or 16 MiB on Intel), in place (the input as the rank's own block of the output, and
-// the input at the output's start on both ranks), ranks out of step; compared against values
-// computed here.
+// by non-temporal stores on every CPU: from 8 MiB, or 16 MiB on Intel), in place (the input as
+// the rank's own block of the output, and the input at the output's start on both ranks), ranks
+// out of step; compared against values computed here.
 class SingleCopyAllgather : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};
 
 TEST_P(SingleCopyAllgather, MatchesTheReference) {

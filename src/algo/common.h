@@ -43,10 +43,11 @@ inline void copy_bytes(void* dst, const void* src, size_t n) {
   if (n && dst != src) std::memmove(dst, src, n);
 }
 // How an op writes an output of `output_bytes` in all that its caller does not read back at once:
-// copy_streaming from kStreamingOutputBytes (reduce/copy.h), copy_bytes below.
+// copy_streaming from `stream_from` (kStreamingOutputBytes, reduce/copy.h, unless the op measured
+// another), copy_bytes below.
 using CopyFn = void (*)(void* dst, const void* src, size_t n);
-inline CopyFn output_copy(size_t output_bytes) {
-  return output_bytes >= kStreamingOutputBytes ? copy_streaming : copy_bytes;
+inline CopyFn output_copy(size_t output_bytes, size_t stream_from = kStreamingOutputBytes) {
+  return output_bytes >= stream_from ? copy_streaming : copy_bytes;
 }
 inline bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
   if (!an || !bn) return false;

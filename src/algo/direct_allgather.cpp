@@ -63,7 +63,7 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
     // allgather tuned again; allgather's own block streamed", and "The 2-rank allgather's own
     // block on Intel" for the larger size there). In place: nothing to copy.
     const size_t stream_from = c.ways().cpu() == BuiltInCpu::intel ? kStreamOwnBlockIntel : kStreamingOutputBytes;
-    if (own != mine) (b.len[r] >= stream_from ? copy_streaming : copy_bytes)(own, mine, b.len[r]);
+    if (own != mine) output_copy(b.len[r], stream_from)(own, mine, b.len[r]);
     return end_single(c);
   }
   begin(c, sig);
