@@ -111,7 +111,7 @@ void alltoallv_direct(Ctx& c, const void* in, const std::vector<size_t>& send_co
     if (any_in_slot) take_chunked_number(c, sig.value());
     // The own block first, while nothing of out is written yet; in place it may move within
     // the buffer (the other blocks of in are placed by now).
-    if (sb.len[r]) std::memmove(u8(out) + rb.off[r], u8(in) + sb.off[r], sb.len[r]);
+    if (sb.len[r]) copy_bytes(u8(out) + rb.off[r], u8(in) + sb.off[r], sb.len[r]);
     for (int j = 0; j < p; ++j) {
       if (j == r) continue;
       const uint8_t* from = slot(g, j, first_slot) + r * piece;

@@ -84,7 +84,7 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
     if (r != root) g.read(root, peer_buffer(c, root) + static_cast<size_t>(r) * bs, out, bs);
     if (copy_own && !own_last) copy_bytes(out, own, bs);
     end_rooted_single(c, sm, root);
-    if (own_last) std::memmove(out, own, bs);
+    if (own_last) copy_bytes(out, own, bs);
     return;
   }
   begin(c, s.value());
@@ -107,7 +107,7 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
     if (ph == 0) check(c);
   }
   // The others are copying out the last chunk; every block of in has left.
-  if (own_last) std::memmove(out, own, bs);
+  if (own_last) copy_bytes(out, own, bs);
   else if (copy_own) copy_bytes(out, own, bs);
   end(c, nchunks);
 }

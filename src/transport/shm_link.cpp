@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/call.h"
+#include "reduce/copy.h"
 #include "shoal/error.h"
 
 namespace shoal {
@@ -16,14 +17,14 @@ constexpr uint64_t kSlice = 128 * 1024;
 void copy_in(uint8_t* ring, uint64_t cap, uint64_t pos, const uint8_t* src, uint64_t n) {
   uint64_t off = pos & (cap - 1);
   uint64_t first = std::min(n, cap - off);
-  std::memcpy(ring + off, src, first);
-  if (n > first) std::memcpy(ring, src + first, n - first);
+  copy_bytes(ring + off, src, first);
+  if (n > first) copy_bytes(ring, src + first, n - first);
 }
 void copy_out(uint8_t* dst, const uint8_t* ring, uint64_t cap, uint64_t pos, uint64_t n) {
   uint64_t off = pos & (cap - 1);
   uint64_t first = std::min(n, cap - off);
-  std::memcpy(dst, ring + off, first);
-  if (n > first) std::memcpy(dst + first, ring, n - first);
+  copy_bytes(dst, ring + off, first);
+  if (n > first) copy_bytes(dst + first, ring, n - first);
 }
 }  // namespace
 
