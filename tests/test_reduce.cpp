@@ -746,13 +746,14 @@ TEST(CopyStreaming, CopiesExactlyAtEveryLevel) {
 }
 
 // copy_bytes (every ordinary copy of the shm paths): the vector loop where the destination lies
-// 1-15 bytes past the source modulo a page, memmove elsewhere; every length around the cuts
-// (64, kShortDistanceFrom, kShortDistanceUntil), every distance in a page's first line and a few
-// past it, at every level, against the source; and overlapping ranges at those distances, as
-// memmove copies them.
+// 1-15 bytes past the source modulo a page, memmove elsewhere. Every length around the cuts
+// (kShortDistanceFrom, kShortDistanceUntil), every distance in a page's first line and a few past
+// it, destinations at several alignments, every level, against the source; the vector loop's
+// shortest lengths through copy_short_distance itself; and overlapping ranges at short page
+// distances both ways, which must copy as memmove does.
 TEST(CopyBytes, CopiesExactlyAtEveryDistanceInAPage) {
   Rng rng(29);
-  const size_t lengths[] = {0, 1, 63, 64, 65, 2047, 2048, 2049, 4096 + 7, 65536 + 33,
+  const size_t lengths[] = {0, 1, 2047, 2048, 2049, 4096 + 7, 65536 + 33,
                             (size_t(1) << 20) - 1, size_t(1) << 20, (size_t(1) << 20) + 5};
   std::vector<size_t> distances;
   for (size_t d = 0; d <= 64; ++d) distances.push_back(d);
@@ -763,25 +764,40 @@ TEST(CopyBytes, CopiesExactlyAtEveryDistanceInAPage) {
       std::unique_ptr<uint8_t, decltype(&std::free)> src_page(static_cast<uint8_t*>(std::aligned_alloc(4096, n + 8192)), &std::free);
       random_bytes(src_page.get(), n + 8192, rng);
       for (size_t d : distances) {
-        Guarded dst(DType::u8, n, d % 61);
-        const uint8_t* from = src_page.get() + ((reinterpret_cast<uintptr_t>(dst.data()) - d) & 4095);
-        ASSERT_EQ(short_page_distance(dst.data(), from), d >= 1 && d <= 15) << d;
-        copy_bytes(dst.data(), from, n);
-        ASSERT_EQ(std::memcmp(dst.data(), from, n), 0) << ri::level_name(l) << ", " << n << " bytes, distance " << d;
-        ASSERT_TRUE(dst.guards_intact()) << ri::level_name(l) << ", " << n << " bytes, distance " << d;
+        for (size_t dst_off : {size_t(0), size_t(17), size_t(32)}) {
+          Guarded dst(DType::u8, n, dst_off);
+          const uint8_t* from = src_page.get() + ((reinterpret_cast<uintptr_t>(dst.data()) - d) & 4095);
+          ASSERT_EQ(short_page_distance(dst.data(), from), d >= 1 && d <= 15) << d;
+          copy_bytes(dst.data(), from, n);
+          ASSERT_EQ(std::memcmp(dst.data(), from, n), 0) << ri::level_name(l) << ", " << n << " bytes, distance " << d << ", offset " << dst_off;
+          ASSERT_TRUE(dst.guards_intact()) << ri::level_name(l) << ", " << n << " bytes, distance " << d << ", offset " << dst_off;
+        }
       }
     }
-    for (size_t n : {size_t(2048), size_t(5000), size_t(70000)}) {
+    for (size_t n : {size_t(64), size_t(65), size_t(95), size_t(127), size_t(128), size_t(161)}) {
+      Bytes src(n + 64);
+      random_bytes(src.data(), src.size(), rng);
+      for (size_t dst_off = 0; dst_off < 64; ++dst_off) {
+        Guarded dst(DType::u8, n, dst_off);
+        copy_short_distance(dst.data(), src.data() + 5, n);
+        ASSERT_EQ(std::memcmp(dst.data(), src.data() + 5, n), 0) << ri::level_name(l) << ", " << n << " bytes, offset " << dst_off;
+        ASSERT_TRUE(dst.guards_intact()) << ri::level_name(l) << ", " << n << " bytes, offset " << dst_off;
+      }
+    }
+    for (size_t n : {size_t(5000), size_t(70000)}) {
       for (size_t d = 1; d <= 15; ++d) {
-        Bytes buf(n + 64), want;
-        random_bytes(buf.data(), buf.size(), rng);
-        want = buf;
-        std::memmove(want.data() + d, want.data(), n);
-        copy_bytes(buf.data() + d, buf.data(), n);  // forward overlap: dst d bytes past src
-        ASSERT_EQ(buf, want) << ri::level_name(l) << ", " << n << " bytes, " << d << " forward";
-        std::memmove(want.data(), want.data() + d, n);
-        copy_bytes(buf.data(), buf.data() + d, n);
-        ASSERT_EQ(buf, want) << ri::level_name(l) << ", " << n << " bytes, " << d << " back";
+        for (size_t apart : {d, 4096 + d}) {  // dst this far past src: overlapping, a short page distance
+          Bytes buf(n + 4200), want;
+          random_bytes(buf.data(), buf.size(), rng);
+          want = buf;
+          std::memmove(want.data() + apart, want.data(), n);
+          copy_bytes(buf.data() + apart, buf.data(), n);
+          ASSERT_EQ(buf, want) << ri::level_name(l) << ", " << n << " bytes, " << apart << " forward";
+          const size_t back = 4096 - d;  // src this far past dst: dst - src is d modulo a page
+          std::memmove(want.data(), want.data() + back, n);
+          copy_bytes(buf.data(), buf.data() + back, n);
+          ASSERT_EQ(buf, want) << ri::level_name(l) << ", " << n << " bytes, " << back << " back";
+        }
       }
     }
   }

@@ -41,7 +41,7 @@ inline const uint8_t* u8(const void* p) { return static_cast<const uint8_t*>(p);
 
 // How an op writes an output of `output_bytes` in all that its caller does not read back at once:
 // copy_streaming from `stream_from` (kStreamingOutputBytes, reduce/copy.h, unless the op measured
-// another), copy_bytes (reduce/copy.h) below it.
+// another), copy_bytes (reduce/copy.h) below that size.
 using CopyFn = void (*)(void* dst, const void* src, size_t n);
 inline CopyFn output_copy(size_t output_bytes, size_t stream_from = kStreamingOutputBytes) {
   return output_bytes >= stream_from ? copy_streaming : copy_bytes;

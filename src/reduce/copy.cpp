@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -66,6 +67,26 @@ void copy_short_distance(void* dst, const void* src, size_t n) {
   }
   if (n && dst != src) std::memmove(dst, src, n);
 }
+
+namespace {
+std::atomic<int> bounce_forced{-1};
+}  // namespace
+
+bool bounce_short_distances() {
+  const int forced = bounce_forced.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced == 1;
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool amd = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd");
+  }();
+  return amd && reduce_impl::current_level() >= reduce_impl::SimdLevel::avx2;
+#else
+  return false;
+#endif
+}
+
+void set_bounce_for_testing(int forced) { bounce_forced.store(forced, std::memory_order_relaxed); }
 
 // The kernel level decides, so that SHOAL_SIMD=scalar also runs (and tests) the plain copy of a
 // CPU without AVX2.

@@ -2,12 +2,12 @@
 //
 // copy_bytes is every ordinary copy of the shared-memory transport and algorithms. glibc's memmove
 // copies from about 2 KiB to the L2's size with `rep movsb`, and so does the kernel's copy to and
-// from user memory (process_vm_readv/writev) at every size; on AMD Zen 3 and 4 that instruction
+// from user memory (process_vm_readv/writev) at every size; on our AMD EPYC (Zen 4) that instruction
 // runs 5-25x slower when the destination lies 1-15 bytes past the source modulo a 4 KiB page
 // (glibc bug 30994; BENCHMARKS.md, "Copies a few bytes apart in their pages"). Such distances
 // come from buffers at arbitrary offsets (a block of 1,025 floats, a tensor view), so copy_bytes
-// takes a vector loop there, and single-copy transfers go through a buffer placed at the peer's
-// offset (cma.h).
+// takes a vector loop there, and on AMD single-copy transfers go through a buffer placed at the
+// peer's offset (transport/cma.cpp).
 //
 // copy_streaming is for results the caller will not read back at once: large outputs of the
 // shared-memory algorithms. Non-temporal stores skip the read-for-ownership of every destination
@@ -34,6 +34,12 @@ inline bool short_page_distance(const void* dst, const void* src) {
 
 // copy_bytes for the lengths and distances above (and any other, by memmove).
 void copy_short_distance(void* dst, const void* src, size_t n);
+
+// Whether single-copy transfers at such distances go through a buffer: on AMD CPUs (where the
+// kernel's copy was measured slow there), at a SIMD level at which copy_short_distance takes its
+// vector loop. Test-only: set_bounce_for_testing(1 or 0) forces the answer, -1 goes back.
+bool bounce_short_distances();
+void set_bounce_for_testing(int forced);
 
 // dst = src (n bytes; the two may overlap, as with memmove) with ordinary stores.
 inline void copy_bytes(void* dst, const void* src, size_t n) {

@@ -39,8 +39,9 @@ int transfer(Call call, uint8_t* local, uint8_t* remote, size_t n) {
 
 // A transfer whose two addresses lie a few bytes apart in their pages (reduce/copy.h) goes in
 // pieces this large through a buffer of this thread's, placed at the remote address's offset in a
-// page: the kernel then copies at distance 0 and copy_bytes copies the rest by its vector loop.
-// Two copies of a piece that stays in the cache take 2-4x less time than the kernel's one.
+// page: the kernel then copies at distance 0, and copy_bytes makes the other leg of the copy by
+// its vector loop. Two copies of a piece that stays in the cache take 2-4x less time than the
+// kernel's one.
 constexpr size_t kBouncePiece = size_t(256) << 10;
 
 uint8_t* bounce_at(const uint8_t* remote) {
@@ -55,7 +56,7 @@ int read(int pid, const void* remote, void* local, size_t n) {
   auto call = [pid](iovec* l, iovec* r) { return process_vm_readv(pid, l, 1, r, 1, 0); };
   auto* from = static_cast<uint8_t*>(const_cast<void*>(remote));
   auto* to = static_cast<uint8_t*>(local);
-  uint8_t* b = n >= kShortDistanceFrom && short_page_distance(to, from) ? bounce_at(from) : nullptr;
+  uint8_t* b = n >= kShortDistanceFrom && short_page_distance(to, from) && bounce_short_distances() ? bounce_at(from) : nullptr;
   if (!b) return transfer(call, to, from, n);
   for (size_t off = 0; off < n; off += kBouncePiece) {
     const size_t len = std::min(kBouncePiece, n - off);
@@ -69,7 +70,7 @@ int write(int pid, const void* local, void* remote, size_t n) {
   auto call = [pid](iovec* l, iovec* r) { return process_vm_writev(pid, l, 1, r, 1, 0); };
   auto* from = static_cast<uint8_t*>(const_cast<void*>(local));
   auto* to = static_cast<uint8_t*>(remote);
-  uint8_t* b = n >= kShortDistanceFrom && short_page_distance(to, from) ? bounce_at(to) : nullptr;
+  uint8_t* b = n >= kShortDistanceFrom && short_page_distance(to, from) && bounce_short_distances() ? bounce_at(to) : nullptr;
   if (!b) return transfer(call, from, to, n);
   for (size_t off = 0; off < n; off += kBouncePiece) {
     const size_t len = std::min(kBouncePiece, n - off);
