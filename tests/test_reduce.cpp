@@ -761,8 +761,10 @@ TEST(CopyBytes, CopiesExactlyAtEveryDistanceInAPage) {
   for (auto l : levels()) {
     UseLevel use(l);
     for (size_t n : lengths) {
-      std::unique_ptr<uint8_t, decltype(&std::free)> src_page(static_cast<uint8_t*>(std::aligned_alloc(4096, n + 8192)), &std::free);
-      random_bytes(src_page.get(), n + 8192, rng);
+      const size_t span = (n + 8192 + 4095) / 4096 * 4096;  // aligned_alloc takes whole pages
+      std::unique_ptr<uint8_t, decltype(&std::free)> src_page(static_cast<uint8_t*>(std::aligned_alloc(4096, span)), &std::free);
+      ASSERT_NE(src_page, nullptr);
+      random_bytes(src_page.get(), span, rng);
       for (size_t d : distances) {
         for (size_t dst_off : {size_t(0), size_t(17), size_t(32)}) {
           Guarded dst(DType::u8, n, dst_off);
