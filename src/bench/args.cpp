@@ -77,6 +77,9 @@ std::string usage() {
       "  -b, --minbytes SIZE    smallest size (suffix K, M, G; default 4K)\n"
       "  -e, --maxbytes SIZE    largest size (default = MIN)\n"
       "  -f, --stepfactor F     multiply the size by F between rows (default 2)\n"
+      "  --plus B               add B bytes to every rank's block of each size (allgather, reduce_scatter, gather,\n"
+      "                         scatter, alltoall: the total grows by RANKS*B; the others: the buffer by B), for\n"
+      "                         blocks that are not multiples of a page, as a tensor of 1,025 floats makes\n"
       "  --dtype T              f16 bf16 f32 f64 i8 u8 i32 i64 bool (default f32)\n"
       "  --op R                 sum prod min max avg band bor bxor (default sum)\n"
       "  --algo A               auto ring bde mst direct rd scatter_allgather linear hier (default auto)\n"
@@ -144,6 +147,8 @@ Config parse_args(const std::vector<std::string>& args) {
       char* end = nullptr;
       c.factor = std::strtod(v.c_str(), &end);
       if (v.empty() || *end != '\0' || !(c.factor > 1.0)) throw std::invalid_argument("-f: factor must be a number > 1");
+    } else if (a == "--plus") {
+      c.plus = parse_size(next());
     } else if (a == "--dtype" || a == "-d") {
       c.dtype = parse_dtype(next());
     } else if (a == "--op" || a == "-o") {

@@ -34,6 +34,7 @@ struct Config {
   size_t min_bytes = 4096;
   size_t max_bytes = 4096;
   double factor = 2;
+  size_t plus = 0;  // bytes added to every rank's block (--plus): sizes_of, worker.cpp
   DType dtype = DType::f32;
   ReduceOp rop = ReduceOp::sum;
   std::string algo_str = "auto";

@@ -159,11 +159,14 @@ double algbw(size_t bytes, double us) { return us > 0 ? static_cast<double>(byte
 std::vector<size_t> sizes_of(const Config& cfg) {
   std::vector<size_t> v;
   if (cfg.op == Op::barrier) return {0};
+  const bool blocks = cfg.op == Op::allgather || cfg.op == Op::reduce_scatter || cfg.op == Op::gather ||
+                      cfg.op == Op::scatter || cfg.op == Op::alltoall || cfg.op == Op::alltoallv;
+  const size_t plus = cfg.plus * (blocks ? static_cast<size_t>(cfg.ranks) : 1);
   double s = static_cast<double>(cfg.min_bytes);
   size_t last = SIZE_MAX;
   while (s <= static_cast<double>(cfg.max_bytes) * (1 + 1e-12)) {
     size_t b = static_cast<size_t>(std::llround(s));
-    if (b != last) v.push_back(b);
+    if (b != last) v.push_back(b + plus);
     last = b;
     if (s == 0) break;  // -b 0: a single row
     s *= cfg.factor;

@@ -96,3 +96,17 @@ def test_fresh_inputs_for_shoal_and_the_peers(tmp_path):
         assert row["ompi_check"] == "ok", row
     r, res = bench(tmp_path, "alltoall", "-n", "2", "-b", "256K", "-e", "256K", "--iters", "5")
     assert r.returncode == 0 and res["fresh"] is False and "--fresh" not in r.stdout
+
+
+@pytest.mark.parametrize("op,grows", [("allgather", 3), ("alltoall", 3), ("broadcast", 1), ("allreduce", 1)])
+def test_plus_adds_bytes_to_every_ranks_block(tmp_path, op, grows):
+    """--plus 4: every size grows by 4 bytes a block (ranks·4 for the ops whose size is the total of the
+    blocks), for shoal and Open MPI alike, each row checked against the reference."""
+    r, res = bench(tmp_path, op, "-n", "3", "-b", "12K", "-e", "48K", "-f", "4", "--plus", "4", "--iters", "20",
+                   "--check", "--vs", "ompi")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [x["bytes"] for x in res["rows"]] == [12288 + 4 * grows, 49152 + 4 * grows]
+    for x in res["rows"]:
+        assert x["check"] == "ok", x
+        if "ompi" in res and "ompi_check" in x:
+            assert x["ompi_check"] == "ok", x
