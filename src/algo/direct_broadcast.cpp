@@ -49,7 +49,13 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
     return;
   }
   begin(c, s.value());
-  const size_t cb = chunk_target(g, p) / c.esize * c.esize;
+  // Chunks of one length (to a cache line), as few as chunk_target allows: a short last chunk
+  // after a full one overlaps nothing with it (4 MiB + 64 B took 2-3x the time of 4 MiB:
+  // BENCHMARKS.md, "Copies a few bytes apart in their pages").
+  const size_t target = chunk_target(g, p) / c.esize * c.esize;
+  size_t parts = std::max<size_t>(1, (n + target - 1) / target);
+  if (parts > 1) parts = std::max(parts, kMinChunks);
+  const size_t cb = ((n + parts - 1) / parts + 63) / 64 * 64;  // a multiple of every element size
   const size_t nchunks = std::max<size_t>(1, (n + cb - 1) / cb);
   auto clen = [&](size_t m) { return std::min(cb, n - std::min(n, m * cb)); };
   const CopyFn copy_out = output_copy(n);
