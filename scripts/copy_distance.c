@@ -1,7 +1,7 @@
 // One core's copy rate by the distance between destination and source within a 4 KiB page
 // ((dst - src) mod 4096), for glibc's memcpy and for the kernel's copy of process_vm_readv (a child
 // process's pages read into this one's), as the shared-memory paths copy: the same buffers again
-// and again, in the cache. On AMD Zen 3 and 4 both copy by `rep movsb`, which crawls at distances
+// and again, in the cache. Both copy by `rep movsb`, which on our AMD EPYC (Zen 4) crawls at distances
 // of 1-15 bytes (glibc bug 30994); src/reduce/copy.h steers around it (BENCHMARKS.md, "Copies a
 // few bytes apart in their pages").
 //

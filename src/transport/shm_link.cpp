@@ -1,7 +1,6 @@
 #include "transport/shm_link.h"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 
 #include "base/call.h"
