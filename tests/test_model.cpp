@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "algo/direct_common.h"
 #include "algo/model.h"
 #include "algo/registry.h"
 #include "shoal/error.h"
@@ -123,21 +124,40 @@ TEST(Model, HierarchicalOpsCountTheNetworkAndTheHostsApart) {
 TEST(Model, DirectOpsCountTheirChunksAsTheirFilesCutThem) {
   auto barriers = [](OpKind k, double n) { return cost_of(k, Algo::direct, {4, 1}, n).messages; };
   const double K = 1024, M = K * K;
+  // Allreduce, allgather and reduce_scatter: chunks of 2 MiB, or of this CPU's L2 where that is smaller.
+  const double in_l2 = static_cast<double>(algo::direct::chunk_in_l2(direct_slot(), 4));
+  EXPECT_LE(in_l2, 2 * M);
   EXPECT_EQ(barriers(OpKind::allreduce, 256 * K), 1 + 2);    // chunk max(64 KiB·4, n/4) = 256 KiB
-  EXPECT_EQ(barriers(OpKind::allreduce, 16 * M), 8 + 2);     // chunk 2 MiB
+  EXPECT_EQ(barriers(OpKind::allreduce, 16 * M), std::ceil(16 * M / in_l2) + 2);
   EXPECT_EQ(barriers(OpKind::broadcast, 1 * M), 1 + 1);      // chunk 2 MiB, no 4-chunk minimum
   EXPECT_EQ(barriers(OpKind::broadcast, 5 * M), 3 + 1);
-  EXPECT_EQ(barriers(OpKind::allgatherv, 16 * M), 2 + 1);    // blocks of 4 MiB in 2 MiB chunks
+  EXPECT_EQ(barriers(OpKind::allgatherv, 16 * M), std::ceil(4 * M / in_l2) + 1);  // blocks of 4 MiB
   EXPECT_EQ(barriers(OpKind::gather, 16 * M), 2 + 1);
   EXPECT_EQ(barriers(OpKind::scatter, 16 * M), 3 + 1);  // pieces of min(slot / 4, 2 MiB): the slot is just
                                                           // under 8 MiB (the small area takes 164 KiB)
-  EXPECT_EQ(barriers(OpKind::reduce_scatter, 16 * M), 8 + 1);  // pieces of 2 MiB / 4 of each block
+  EXPECT_EQ(barriers(OpKind::reduce_scatter, 16 * M), std::ceil(16 * M / in_l2) + 1);  // pieces of in_l2 / 4 of each block
   EXPECT_EQ(barriers(OpKind::alltoallv, 16 * M), 8 + 1);     // blocks of 4 MiB in pieces of 512 KiB
   EXPECT_EQ(barriers(OpKind::alltoallv, 1 * M), 4 + 1);      // pieces of max(64 KiB, 256 KiB / 4)
   // The small protocol: up to 8 KiB in a slot (allgather and gather: a block; scatter: all).
   EXPECT_EQ(barriers(OpKind::allgatherv, 32 * K), 1);
   EXPECT_GT(barriers(OpKind::scatter, 32 * K), 1);
   EXPECT_EQ(barriers(OpKind::scatter, 8 * K), 1);
+}
+
+// chunk_in_l2 is chunk_target cut to one core's L2, a whole number of cache lines; an L2 that is
+// unknown (0) or implausibly small leaves chunk_target.
+TEST(Model, ChunksInL2AreAtMostOneL2) {
+  using direct::chunk_in_l2;
+  using direct::chunk_target;
+  const size_t K = 1024, M = K * K, slot = direct_slot();
+  EXPECT_EQ(chunk_target(slot, 2), 4 * M);
+  EXPECT_EQ(chunk_in_l2(slot, 2, 1 * M), 1 * M);
+  EXPECT_EQ(chunk_in_l2(slot, 2, 2 * M), 2 * M);
+  EXPECT_EQ(chunk_in_l2(slot, 2, 8 * M), 4 * M);
+  EXPECT_EQ(chunk_in_l2(slot, 8, 2 * M), 1 * M);  // chunk_target is the smaller
+  EXPECT_EQ(chunk_in_l2(slot, 2, 1280 * K + 3), 1280 * K);
+  EXPECT_EQ(chunk_in_l2(slot, 2, 0), 4 * M);
+  EXPECT_EQ(chunk_in_l2(slot, 2, 32 * K), 4 * M);
 }
 
 // Times made by a known model, from two ops whose terms tell α, β and γ apart, give that model back.

@@ -1,7 +1,7 @@
 // Direct shared-memory allreduce and reduce (single host; DeepSpeed-style).
 //
 // Cost, with α = one barrier, β = time per byte of memory copy, N = ⌈n / chunk⌉ chunks (chunk
-// ≈ kWorkingSetBytes / 2p per rank): each rank copies (p-1)/p·n into its scratch, reduces n/p
+// ≈ kWorkingSetBytes / 2p per rank, at most one core's L2: chunk_in_l2): each rank copies (p-1)/p·n into its scratch, reduces n/p
 // reading p sources (n bytes read), and copies n out:
 //   (N + 2)·α + ~3·n·β + (p-1)/p·n·γ          (reduce: only the root copies out: ~2·n·β)
 // One shot, where the costs measured on the machine say it is cheaper (cost.h): every rank
@@ -135,7 +135,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   const size_t pz = static_cast<size_t>(p);
   const size_t max_el = sb / es * pz / (pz + 1);
   size_t unit = pz * (64 / es);
-  const size_t target = pipelined(chunk_target(g, p), n, kMinChunkBytes * pz);  // slices of 64 KiB at least
+  const size_t target = pipelined(chunk_in_l2(g, p), n, kMinChunkBytes * pz);  // slices of 64 KiB at least
   size_t ce = std::min(target / es, max_el) / unit * unit;
   if (ce == 0) {
     unit = pz;

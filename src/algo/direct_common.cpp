@@ -139,6 +139,11 @@ size_t chunk_target(size_t slot, int p) {
   return std::min(t, slot) / 64 * 64;
 }
 
+size_t chunk_in_l2(size_t slot, int p, size_t l2) {
+  const size_t t = chunk_target(slot, p);
+  return l2 >= kMinChunkBytes ? std::min(t, l2 / 64 * 64) : t;
+}
+
 }  // namespace shoal::algo::direct
 
 namespace shoal {

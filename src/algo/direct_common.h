@@ -42,6 +42,7 @@
 #include "algo/stores.h"
 #include "reduce/copy.h"
 #include "base/cpu_relax.h"
+#include "base/cpus.h"
 #include "base/hash.h"
 #include "transport/shm_group.h"
 
@@ -296,6 +297,14 @@ void barrier_small(Ctx& c, uint64_t sig);
 // kMaxChunkBytes] and to the slot (of `slot` bytes: the cost model asks without a group).
 size_t chunk_target(ShmGroup& g, int p);
 size_t chunk_target(size_t slot, int p);
+// chunk_target, at most one core's L2 (l2_bytes()): for the ops in which every rank copies a chunk
+// in and reads its peers' in the same phase (allgather, reduce_scatter; allreduce and reduce,
+// pipelined() from it). While a chunk fits the L2 of the core that wrote it, its readers take it
+// from there. On an AMD EPYC with a 1 MiB L2, at 2-4 ranks against chunks of 2-4 MiB, these ops
+// took 0.66-1.03x the time from 4 to 64 MiB (BENCHMARKS.md, "Chunks at most one L2"). Broadcast,
+// scatter and gather, where one rank writes and the others read, were no faster so.
+size_t chunk_in_l2(size_t slot, int p, size_t l2 = l2_bytes());
+inline size_t chunk_in_l2(ShmGroup& g, int p) { return chunk_in_l2(slot_bytes(g), p); }
 // `chunk` for moving `bytes`, made smaller where that gives at least kMinChunks chunks of at least
 // `least`: a rank's copy in and copy out of one chunk then stay in its cache, and the ranks'
 // phases overlap; one or two chunks run copy-in, reduce and copy-out one after the other

@@ -32,7 +32,7 @@ void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count) {
   begin(c, s.value());
   // pe: elements of each block per chunk, whole cache lines where possible.
   const size_t line = 64 / es;
-  size_t pe = std::min(slot_bytes(g), chunk_target(g, p)) / static_cast<size_t>(p) / es;
+  size_t pe = std::min(slot_bytes(g), chunk_in_l2(g, p)) / static_cast<size_t>(p) / es;
   if (pe >= line) pe = pe / line * line;
   pe = std::max<size_t>(pe, 1);
   const size_t nchunks = std::max<size_t>(1, (count + pe - 1) / pe);

@@ -24,9 +24,10 @@ struct Entry {
 };
 
 // Helpers of the cost functions: (p-1)/p, a host's ranks, a direct op's chunk bytes and its
-// pipelining (direct_common.h: chunk_target, pipelined).
+// pipelining (direct_common.h: chunk_target, chunk_in_l2, pipelined).
 double share(int p) { return (p - 1.0) / p; }
 double target(int p) { return static_cast<double>(direct::chunk_target(direct_slot(), p)); }
+double in_l2(int p) { return static_cast<double>(direct::chunk_in_l2(direct_slot(), p)); }
 double pipelined(double chunk, double n, double least) {
   return static_cast<double>(direct::pipelined(static_cast<size_t>(chunk), static_cast<size_t>(n), static_cast<size_t>(least)));
 }
@@ -43,7 +44,7 @@ Terms in_host(Terms t) { return {0, 0, t.reduced, t.messages, t.bytes}; }
 Terms two_shot_cost(Shape s, double n, double copies) {
   const int p = s.p;
   if (direct_small(n)) return {1, (p + 1) * n, (p - 1) * n};
-  const double chunk = pipelined(target(p), n, static_cast<double>(direct::kMinChunkBytes) * p);
+  const double chunk = pipelined(in_l2(p), n, static_cast<double>(direct::kMinChunkBytes) * p);
   return {direct_chunks(n, chunk) + 2, copies * n, share(p) * n};
 }
 Terms allreduce_direct_cost(Shape s, double n) { return two_shot_cost(s, n, 3); }
@@ -53,12 +54,14 @@ Terms broadcast_direct_cost(Shape s, double n) {
 }
 // Allgather and gather, `copied` by the busiest rank: allgather's copies its block in (and into
 // its own output) and every other block out, n + n/p; gather's root its own and the others' out, n.
-Terms blocks_direct_cost(Shape s, double n, double copied) {
+Terms blocks_direct_cost(Shape s, double n, double copied, double piece) {
   const double block = n / s.p;
-  return {direct_small(block) ? 1 : direct_chunks(block, target(s.p)) + 1, copied, 0};
+  return {direct_small(block) ? 1 : direct_chunks(block, piece) + 1, copied, 0};
 }
-Terms allgather_direct_cost(Shape s, double n) { return blocks_direct_cost(s, n, n + n / s.p); }
-Terms gather_direct_cost(Shape s, double n) { return blocks_direct_cost(s, n, n); }
+Terms allgather_direct_cost(Shape s, double n) {
+  return blocks_direct_cost(s, n, n + n / s.p, in_l2(s.p));
+}
+Terms gather_direct_cost(Shape s, double n) { return blocks_direct_cost(s, n, n, target(s.p)); }
 Terms bde_cost(Shape s, double n) {  // allreduce: recursive halving, recursive doubling; others folded in
   const int q = pof2_floor(s.p);
   Terms t{2 * lg_ceil(q), 2 * share(q) * n, share(q) * n};
@@ -151,7 +154,7 @@ constexpr Entry<ReduceScatterFn> kReduceScatter[] = {
      }},
     {Algo::direct, Needs::shm, reduce_scatter_direct,
      [](Shape s, double n) {
-       const double chunk = target(s.p);  // p pieces a phase, one of each block (direct_reduce_scatter.cpp)
+       const double chunk = in_l2(s.p);  // p pieces a phase, one of each block (direct_reduce_scatter.cpp)
        return Terms{direct_small(n) ? 1 : direct_chunks(n, chunk) + 1, 2 * n, share(s.p) * n};
      }},
 };

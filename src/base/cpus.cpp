@@ -1,6 +1,7 @@
 #include "base/cpus.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -118,6 +119,18 @@ bool move_this_thread_to(int cpu) {
     CPU_FREE(one);
   });
   return moved;
+}
+
+size_t l2_bytes() {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  static const size_t bytes = [] {
+    const long b = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return b > 0 ? static_cast<size_t>(b) : size_t(0);
+  }();
+  return bytes;
+#else
+  return 0;
+#endif
 }
 
 }  // namespace shoal

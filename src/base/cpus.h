@@ -9,6 +9,7 @@
 // is the calling thread's, read when a group forms (the progress thread inherits it): threads
 // pinned again later (an OpenMP runtime's binding) are not seen.
 #pragma once
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -33,5 +34,8 @@ inline int cpus_of_this_thread() { return cpus_in_union({affinity_text()}); }
 int cpu_to_move_to(int rank, int cpu, const std::vector<unsigned>& last_cpu, const std::vector<int>& allowed);
 // Moves this thread to `cpu`, one of its mask's, and leaves its mask as it was; whether it moved.
 bool move_this_thread_to(int cpu);
+
+// One core's L2 cache in bytes, as the C library reads it from the CPU (sysconf); 0 where unknown.
+size_t l2_bytes();
 
 }  // namespace shoal
