@@ -18,6 +18,7 @@
 
 #include "algo/cost.h"
 #include "algo/direct_common.h"
+#include "base/cpus.h"
 #include "harness.h"
 
 using namespace shoal;
@@ -669,4 +670,43 @@ TEST(DirectReuse, AGroupsFirstSmallOpsTakeNoPageFaults) {
     SH_CHECK(first - again < algo::direct::kSmallDataSlots / 2)
         << first << " page faults in the first " << 2 * algo::direct::kSmallDataSlots << " ops, " << again << " in the next";
   }));
+}
+
+// The allgather, reduce_scatter, allreduce and reduce cut their chunks by one core's L2
+// (direct_common.h, chunk_in_l2), which the ranks of a host may read differently (cores of two
+// kinds). The group agrees on the smallest (Ways::l2): here the ranks read 1 MiB, 2 MiB and 512
+// KiB (3 ranks), so that each would cut other chunks on its own, and every result is checked. A
+// rank cutting its own would read its peers' scratch at other places, or wait at other barriers.
+TEST(DirectReuse, RanksThatReadDifferentL2sCutTheSameChunks) {
+  for (int n : {2, 3}) {
+    RunConfig cfg = timed_config("shm", std::chrono::seconds(20), std::chrono::seconds(120));
+    cfg.env.push_back({"SHOAL_DIRECT_ALLGATHER", "scratch"});
+    cfg.env.push_back({"SHOAL_DIRECT_REDUCE", "two_shot"});
+    cfg.before_construct = [](int rank) { set_l2_bytes_for_testing(rank == 0 ? 1 << 20 : rank == 1 ? 2 << 20 : 512 << 10); };
+    EXPECT_TRUE(run_ranks(n, cfg, [](Communicator& c) {
+      const int p = c.size(), me = c.rank();
+      SH_CHECK(l2_bytes() == (me == 0 ? 1u << 20 : me == 1 ? 2u << 20 : 512u << 10));
+      const size_t count = (size_t(3) << 20) / sizeof(float) + 48;  // 3 MiB + 192 B a rank
+      auto val = [](int r, size_t i) { return static_cast<float>((r + 1) * 3 + static_cast<int>(i % 11)); };
+      std::vector<float> in(count * p), out(count * p, -1);
+      for (size_t i = 0; i < count; ++i) in[i] = val(me, i);
+      c.allgather(in.data(), out.data(), count, DType::f32, {Algo::direct})->wait();
+      for (int r = 0; r < p; ++r)
+        for (size_t i = 0; i < count; ++i) SH_CHECK(out[r * count + i] == val(r, i)) << "allgather block " << r << " i " << i;
+      for (size_t i = 0; i < count * p; ++i) in[i] = val(me, i);
+      auto sum = [&](size_t i) {
+        float s = 0;
+        for (int r = 0; r < p; ++r) s += val(r, i);
+        return s;
+      };
+      c.allreduce(in.data(), out.data(), count * p, DType::f32, ReduceOp::sum, {Algo::direct})->wait();
+      for (size_t i = 0; i < count * p; ++i) SH_CHECK(out[i] == sum(i)) << "allreduce i " << i;
+      c.reduce(in.data(), out.data(), count * p, DType::f32, ReduceOp::sum, p - 1, {Algo::direct})->wait();
+      if (me == p - 1) {
+        for (size_t i = 0; i < count * p; ++i) SH_CHECK(out[i] == sum(i)) << "reduce i " << i;
+      }
+      c.reduce_scatter(in.data(), out.data(), count, DType::f32, ReduceOp::sum, {Algo::direct})->wait();
+      for (size_t i = 0; i < count; ++i) SH_CHECK(out[i] == sum(me * count + i)) << "reduce_scatter i " << i;
+    })) << n << " ranks";
+  }
 }

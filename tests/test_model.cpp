@@ -7,6 +7,7 @@
 
 #include "algo/direct_common.h"
 #include "algo/model.h"
+#include "base/cpus.h"
 #include "algo/registry.h"
 #include "shoal/error.h"
 
@@ -120,24 +121,42 @@ TEST(Model, HierarchicalOpsCountTheNetworkAndTheHostsApart) {
 
 // The direct ops' barriers: one per chunk and one more (allreduce and reduce: two more), chunks cut
 // as each op's file cuts them with the default 16 MiB scratch. The counts below are worked out by
-// hand from those files for 4 ranks (chunk_target: 16 MiB / 8 = 2 MiB).
+// hand from those files for 4 ranks (chunk_target: 16 MiB / 8 = 2 MiB), with an L2 that cuts
+// nothing (0: unknown) and with a 1 MiB one (chunk_in_l2).
 TEST(Model, DirectOpsCountTheirChunksAsTheirFilesCutThem) {
-  auto barriers = [](OpKind k, double n) { return cost_of(k, Algo::direct, {4, 1}, n).messages; };
+  auto barriers = [](OpKind k, double n, int p = 4) { return cost_of(k, Algo::direct, {p, 1}, n).messages; };
   const double K = 1024, M = K * K;
-  // Allreduce, allgather and reduce_scatter: chunks of 2 MiB, or of this CPU's L2 where that is smaller.
-  const double in_l2 = static_cast<double>(algo::direct::chunk_in_l2(direct_slot(), 4));
-  EXPECT_LE(in_l2, 2 * M);
-  EXPECT_EQ(barriers(OpKind::allreduce, 256 * K), 1 + 2);    // chunk max(64 KiB·4, n/4) = 256 KiB
-  EXPECT_EQ(barriers(OpKind::allreduce, 16 * M), std::ceil(16 * M / in_l2) + 2);
-  EXPECT_EQ(barriers(OpKind::broadcast, 1 * M), 1 + 1);      // chunk 2 MiB, no 4-chunk minimum
-  EXPECT_EQ(barriers(OpKind::broadcast, 5 * M), 3 + 1);
-  EXPECT_EQ(barriers(OpKind::allgatherv, 16 * M), std::ceil(4 * M / in_l2) + 1);  // blocks of 4 MiB
-  EXPECT_EQ(barriers(OpKind::gather, 16 * M), 2 + 1);
-  EXPECT_EQ(barriers(OpKind::scatter, 16 * M), 3 + 1);  // pieces of min(slot / 4, 2 MiB): the slot is just
-                                                          // under 8 MiB (the small area takes 164 KiB)
-  EXPECT_EQ(barriers(OpKind::reduce_scatter, 16 * M), std::ceil(16 * M / in_l2) + 1);  // pieces of in_l2 / 4 of each block
-  EXPECT_EQ(barriers(OpKind::alltoallv, 16 * M), 8 + 1);     // blocks of 4 MiB in pieces of 512 KiB
-  EXPECT_EQ(barriers(OpKind::alltoallv, 1 * M), 4 + 1);      // pieces of max(64 KiB, 256 KiB / 4)
+  struct L2 {
+    explicit L2(long b) { set_l2_bytes_for_testing(b); }
+    ~L2() { set_l2_bytes_for_testing(-1); }
+  };
+  {
+    L2 unknown(0);
+    EXPECT_EQ(barriers(OpKind::allreduce, 256 * K), 1 + 2);    // chunk max(64 KiB·4, n/4) = 256 KiB
+    EXPECT_EQ(barriers(OpKind::allreduce, 16 * M), 8 + 2);     // chunk 2 MiB
+    EXPECT_EQ(barriers(OpKind::allgatherv, 16 * M), 2 + 1);    // blocks of 4 MiB in 2 MiB chunks
+    EXPECT_EQ(barriers(OpKind::reduce_scatter, 16 * M), 8 + 1);  // pieces of 2 MiB / 4 of each block
+  }
+  {
+    L2 one_mib(1 << 20);
+    EXPECT_EQ(barriers(OpKind::allreduce, 256 * K), 1 + 2);
+    EXPECT_EQ(barriers(OpKind::allreduce, 16 * M), 16 + 2);
+    EXPECT_EQ(barriers(OpKind::reduce, 16 * M), 16 + 2);
+    EXPECT_EQ(barriers(OpKind::allgatherv, 16 * M), 4 + 1);
+    EXPECT_EQ(barriers(OpKind::reduce_scatter, 16 * M), 16 + 1);  // pieces of 256 KiB
+    // 3 ranks: chunks of whole lines for each slice, 1 MiB - 64 B (a multiple of 3·64), so one
+    // more than 16; reduce_scatter's pieces 1/3 MiB to a line, 3 a chunk: the same.
+    EXPECT_EQ(barriers(OpKind::allreduce, 16 * M, 3), 17 + 2);
+    EXPECT_EQ(barriers(OpKind::reduce_scatter, 16 * M, 3), 17 + 1);
+    // Broadcast, gather, scatter and alltoall keep chunk_target.
+    EXPECT_EQ(barriers(OpKind::broadcast, 1 * M), 1 + 1);      // chunk 2 MiB, no 4-chunk minimum
+    EXPECT_EQ(barriers(OpKind::broadcast, 5 * M), 3 + 1);
+    EXPECT_EQ(barriers(OpKind::gather, 16 * M), 2 + 1);
+    EXPECT_EQ(barriers(OpKind::scatter, 16 * M), 3 + 1);  // pieces of min(slot / 4, 2 MiB): the slot is
+                                                            // just under 8 MiB (the small area takes 164 KiB)
+    EXPECT_EQ(barriers(OpKind::alltoallv, 16 * M), 8 + 1);     // blocks of 4 MiB in pieces of 512 KiB
+    EXPECT_EQ(barriers(OpKind::alltoallv, 1 * M), 4 + 1);      // pieces of max(64 KiB, 256 KiB / 4)
+  }
   // The small protocol: up to 8 KiB in a slot (allgather and gather: a block; scatter: all).
   EXPECT_EQ(barriers(OpKind::allgatherv, 32 * K), 1);
   EXPECT_GT(barriers(OpKind::scatter, 32 * K), 1);
@@ -158,6 +177,11 @@ TEST(Model, ChunksInL2AreAtMostOneL2) {
   EXPECT_EQ(chunk_in_l2(slot, 2, 1280 * K + 3), 1280 * K);
   EXPECT_EQ(chunk_in_l2(slot, 2, 0), 4 * M);
   EXPECT_EQ(chunk_in_l2(slot, 2, 32 * K), 4 * M);
+  // The two-shot chunk: whole lines for each of p slices, and it fits a slot with one slice more.
+  EXPECT_EQ(direct::two_shot_chunk(slot, 3, 16 * M, 1 * M), 1 * M - 64);
+  EXPECT_EQ(direct::two_shot_chunk(slot, 2, 1 * M, 1 * M), 256 * K);  // n / 4
+  EXPECT_EQ(direct::two_shot_chunk(64 * K * 3, 2, 16 * M, 0), 128 * K);  // 2/3 of the slot
+  EXPECT_EQ(direct::reduce_scatter_piece(slot, 3, 1 * M), (1 * M / 3) / 64 * 64);
 }
 
 // Times made by a known model, from two ops whose terms tell α, β and γ apart, give that model back.

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <vector>
 
+#include "base/cpus.h"
 #include "base/params.h"
 #include "shoal/error.h"
 
@@ -244,6 +245,7 @@ Ways Ways::current() {
   Ways w;
   w.cpu_ = built_in_cpu();
   w.tuning_ = tuning(w.cpu_);
+  w.l2_ = l2_bytes();
   for (size_t i = 0; i < std::size(kForcings); ++i) {
     const auto forced = params::choice(kForcings[i].setting);
     if (forced && *forced != "auto") w.forced_[i] = *forced == kForcings[i].way0 ? 0 : 1;

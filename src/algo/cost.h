@@ -187,10 +187,17 @@ class Ways {
   const std::vector<CostPoint>& points() const { return tuning_->points; }
   // The CPU whose built-in points these are (built_in_cpu() when the group formed).
   BuiltInCpu cpu() const { return cpu_; }
+  // One core's L2 in bytes, which the direct ops cut their chunks by (direct_common.h,
+  // chunk_in_l2): this rank's l2_bytes() (base/cpus.h), then, once the group forms, the smallest
+  // that a rank of this host read (0: unknown, no cut). Ranks that cut differently would read
+  // each other's scratch at the wrong places.
+  size_t l2() const { return l2_; }
+  void agree_l2(size_t host_smallest) { l2_ = host_smallest; }
 
  private:
   std::shared_ptr<const Tuning> tuning_;
   BuiltInCpu cpu_ = BuiltInCpu::amd;
+  size_t l2_ = 0;
   int forced_[kForcedWays] = {-1, -1, -1, -1, -1, -1};  // by the setting (cost.cpp, kForcings): the way, or -1
   mutable StoresChoice stores_;  // SHOAL_DIRECT_STORES
 };

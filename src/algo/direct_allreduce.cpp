@@ -1,8 +1,8 @@
 // Direct shared-memory allreduce and reduce (single host; DeepSpeed-style).
 //
 // Cost, with α = one barrier, β = time per byte of memory copy, N = ⌈n / chunk⌉ chunks (chunk
-// ≈ kWorkingSetBytes / 2p per rank, at most one core's L2: chunk_in_l2): each rank copies (p-1)/p·n into its scratch, reduces n/p
-// reading p sources (n bytes read), and copies n out:
+// ≈ kWorkingSetBytes / 2p per rank, at most one L2: two_shot_chunk): each rank copies (p-1)/p·n
+// into its scratch, reduces n/p reading p sources (n bytes read), and copies n out:
 //   (N + 2)·α + ~3·n·β + (p-1)/p·n·γ          (reduce: only the root copies out: ~2·n·β)
 // One shot, where the costs measured on the machine say it is cheaper (cost.h): every rank
 // (reduce: the root) reduces the whole vector itself:
@@ -131,15 +131,14 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   }
 
   // ce: chunk elements, a multiple of p cache lines (so slices are whole lines), with the input
-  // (ce) and one result slice (ce / p) fitting in a slot.
+  // (ce) and one result slice (ce / p) fitting in a slot; where no such chunk fits (a tiny slot
+  // among many ranks), a multiple of p elements.
   const size_t pz = static_cast<size_t>(p);
-  const size_t max_el = sb / es * pz / (pz + 1);
   size_t unit = pz * (64 / es);
-  const size_t target = pipelined(chunk_in_l2(g, p), n, kMinChunkBytes * pz);  // slices of 64 KiB at least
-  size_t ce = std::min(target / es, max_el) / unit * unit;
+  size_t ce = two_shot_chunk(sb, p, n, c.ways().l2()) / es;
   if (ce == 0) {
     unit = pz;
-    ce = max_el / unit * unit;
+    ce = sb / es * pz / (pz + 1) / unit * unit;
   }
   // A vector of one chunk is cut into p equal slices, so that every rank reduces its share.
   ce = std::min(ce, (count + unit - 1) / unit * unit);

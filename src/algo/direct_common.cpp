@@ -144,6 +144,17 @@ size_t chunk_in_l2(size_t slot, int p, size_t l2) {
   return l2 >= kMinChunkBytes ? std::min(t, l2 / 64 * 64) : t;
 }
 
+size_t two_shot_chunk(size_t slot, int p, size_t n, size_t l2) {
+  const size_t pz = static_cast<size_t>(p), unit = 64 * pz;
+  const size_t chunk = pipelined(chunk_in_l2(slot, p, l2), n, kMinChunkBytes * pz);
+  return std::min(chunk, slot * pz / (pz + 1)) / unit * unit;
+}
+
+size_t reduce_scatter_piece(size_t slot, int p, size_t l2) {
+  const size_t b = std::min(slot, chunk_in_l2(slot, p, l2)) / static_cast<size_t>(p);
+  return b >= 64 ? b / 64 * 64 : b;
+}
+
 }  // namespace shoal::algo::direct
 
 namespace shoal {

@@ -297,14 +297,24 @@ void barrier_small(Ctx& c, uint64_t sig);
 // kMaxChunkBytes] and to the slot (of `slot` bytes: the cost model asks without a group).
 size_t chunk_target(ShmGroup& g, int p);
 size_t chunk_target(size_t slot, int p);
-// chunk_target, at most one core's L2 (l2_bytes()): for the ops in which every rank copies a chunk
-// in and reads its peers' in the same phase (allgather, reduce_scatter; allreduce and reduce,
-// pipelined() from it). While a chunk fits the L2 of the core that wrote it, its readers take it
-// from there. On an AMD EPYC with a 1 MiB L2, at 2-4 ranks against chunks of 2-4 MiB, these ops
-// took 0.66-1.03x the time from 4 to 64 MiB (BENCHMARKS.md, "Chunks at most one L2"). Broadcast,
-// scatter and gather, where one rank writes and the others read, were no faster so.
-size_t chunk_in_l2(size_t slot, int p, size_t l2 = l2_bytes());
-inline size_t chunk_in_l2(ShmGroup& g, int p) { return chunk_in_l2(slot_bytes(g), p); }
+// chunk_target, at most one core's L2 (`l2`: the group's Ways::l2; 0 leaves chunk_target): for
+// the ops in which every rank copies a chunk in and reads its peers' in the same phase
+// (allgather, reduce_scatter, and allreduce and reduce by two_shot_chunk). While a chunk fits
+// the L2 of the core that wrote it, its readers take it from there. On an AMD EPYC with a 1 MiB
+// L2, at 2-4 ranks against chunks of 2-4 MiB, these ops took 0.66-1.03x the time from 4 to 64 MiB
+// (BENCHMARKS.md, "Chunks at most one L2"). Broadcast, scatter and gather, which one rank writes
+// and the others read, keep chunk_target (at the sizes where the cut helped scatter and gather
+// through the scratch, they run by single copy); alltoall is unmeasured with the cut.
+size_t chunk_in_l2(size_t slot, int p, size_t l2);
+inline size_t chunk_in_l2(Ctx& c) { return chunk_in_l2(slot_bytes(*c.shm()), c.size, c.ways().l2()); }
+// The two-shot allreduce's (and reduce's) chunk of `n` bytes in all, in bytes: pipelined() from
+// chunk_in_l2 (at least kMinChunks chunks, down to 64 KiB a slice where chunk_in_l2 is larger),
+// whole cache lines for each of the p slices (a multiple of 64·p), the input and one result slice
+// fitting in a slot; 0 where no such chunk fits the slot.
+size_t two_shot_chunk(size_t slot, int p, size_t n, size_t l2);
+// The direct reduce_scatter's piece of each block per chunk, in bytes: chunk_in_l2 over p, whole
+// cache lines where it is one or more.
+size_t reduce_scatter_piece(size_t slot, int p, size_t l2);
 // `chunk` for moving `bytes`, made smaller where that gives at least kMinChunks chunks of at least
 // `least`: a rank's copy in and copy out of one chunk then stay in its cache, and the ranks'
 // phases overlap; one or two chunks run copy-in, reduce and copy-out one after the other

@@ -31,10 +31,7 @@ void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count) {
   if (small_fits(count * es * static_cast<size_t>(p))) return reduce_scatter_small(c, in, out, count, s.value());
   begin(c, s.value());
   // pe: elements of each block per chunk, whole cache lines where possible.
-  const size_t line = 64 / es;
-  size_t pe = std::min(slot_bytes(g), chunk_in_l2(g, p)) / static_cast<size_t>(p) / es;
-  if (pe >= line) pe = pe / line * line;
-  pe = std::max<size_t>(pe, 1);
+  const size_t pe = std::max<size_t>(reduce_scatter_piece(slot_bytes(g), p, c.ways().l2()) / es, 1);
   const size_t nchunks = std::max<size_t>(1, (count + pe - 1) / pe);
   auto clen = [&](size_t m) { return std::min(pe, count - std::min(count, m * pe)); };
   RankPtrs srcs(p);

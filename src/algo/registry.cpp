@@ -8,6 +8,7 @@
 #include "algo/common.h"
 #include "algo/direct_common.h"
 #include "algo/model.h"
+#include "base/cpus.h"
 #include "shoal/error.h"
 
 namespace shoal {
@@ -24,13 +25,11 @@ struct Entry {
 };
 
 // Helpers of the cost functions: (p-1)/p, a host's ranks, a direct op's chunk bytes and its
-// pipelining (direct_common.h: chunk_target, chunk_in_l2, pipelined).
+// pipelining (direct_common.h: chunk_target, chunk_in_l2, two_shot_chunk, reduce_scatter_piece),
+// cut by this process's L2 (base/cpus.h).
 double share(int p) { return (p - 1.0) / p; }
 double target(int p) { return static_cast<double>(direct::chunk_target(direct_slot(), p)); }
-double in_l2(int p) { return static_cast<double>(direct::chunk_in_l2(direct_slot(), p)); }
-double pipelined(double chunk, double n, double least) {
-  return static_cast<double>(direct::pipelined(static_cast<size_t>(chunk), static_cast<size_t>(n), static_cast<size_t>(least)));
-}
+double in_l2(int p) { return static_cast<double>(direct::chunk_in_l2(direct_slot(), p, l2_bytes())); }
 int local(Shape s) { return std::max(1, s.p / std::max(1, s.hosts)); }
 // The part of a hierarchical op inside each host (a flat cost counted with the local α and β).
 Terms in_host(Terms t) { return {0, 0, t.reduced, t.messages, t.bytes}; }
@@ -44,7 +43,8 @@ Terms in_host(Terms t) { return {0, 0, t.reduced, t.messages, t.bytes}; }
 Terms two_shot_cost(Shape s, double n, double copies) {
   const int p = s.p;
   if (direct_small(n)) return {1, (p + 1) * n, (p - 1) * n};
-  const double chunk = pipelined(in_l2(p), n, static_cast<double>(direct::kMinChunkBytes) * p);
+  double chunk = static_cast<double>(direct::two_shot_chunk(direct_slot(), p, static_cast<size_t>(n), l2_bytes()));
+  if (chunk == 0) chunk = static_cast<double>(direct_slot()) * p / (p + 1);  // no whole lines fit: p elements
   return {direct_chunks(n, chunk) + 2, copies * n, share(p) * n};
 }
 Terms allreduce_direct_cost(Shape s, double n) { return two_shot_cost(s, n, 3); }
@@ -54,6 +54,7 @@ Terms broadcast_direct_cost(Shape s, double n) {
 }
 // Allgather and gather, `copied` by the busiest rank: allgather's copies its block in (and into
 // its own output) and every other block out, n + n/p; gather's root its own and the others' out, n.
+// `piece`: the bytes of each block that one phase moves.
 Terms blocks_direct_cost(Shape s, double n, double copied, double piece) {
   const double block = n / s.p;
   return {direct_small(block) ? 1 : direct_chunks(block, piece) + 1, copied, 0};
@@ -154,7 +155,8 @@ constexpr Entry<ReduceScatterFn> kReduceScatter[] = {
      }},
     {Algo::direct, Needs::shm, reduce_scatter_direct,
      [](Shape s, double n) {
-       const double chunk = in_l2(s.p);  // p pieces a phase, one of each block (direct_reduce_scatter.cpp)
+       // p pieces a phase, one of each block (direct_reduce_scatter.cpp)
+       const double chunk = s.p * static_cast<double>(direct::reduce_scatter_piece(direct_slot(), s.p, l2_bytes()));
        return Terms{direct_small(n) ? 1 : direct_chunks(n, chunk) + 1, 2 * n, share(s.p) * n};
      }},
 };

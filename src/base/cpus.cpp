@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -121,7 +122,13 @@ bool move_this_thread_to(int cpu) {
   return moved;
 }
 
+namespace {
+std::atomic<long> l2_for_testing{-1};
+}
+
 size_t l2_bytes() {
+  const long forced = l2_for_testing.load(std::memory_order_relaxed);
+  if (forced >= 0) return static_cast<size_t>(forced);
 #ifdef _SC_LEVEL2_CACHE_SIZE
   static const size_t bytes = [] {
     const long b = sysconf(_SC_LEVEL2_CACHE_SIZE);
@@ -132,5 +139,7 @@ size_t l2_bytes() {
   return 0;
 #endif
 }
+
+void set_l2_bytes_for_testing(long bytes) { l2_for_testing.store(bytes, std::memory_order_relaxed); }
 
 }  // namespace shoal

@@ -36,6 +36,10 @@ int cpu_to_move_to(int rank, int cpu, const std::vector<unsigned>& last_cpu, con
 bool move_this_thread_to(int cpu);
 
 // One core's L2 cache in bytes, as the C library reads it from the CPU (sysconf); 0 where unknown.
+// The ranks of a host may read different values (cores of two kinds, C libraries of two
+// containers): what their ops cut by it is agreed when the group forms (algo::Ways::l2).
 size_t l2_bytes();
+// Makes l2_bytes() return `bytes` in this process (tests); a negative value reads the CPU again.
+void set_l2_bytes_for_testing(long bytes);
 
 }  // namespace shoal

@@ -239,7 +239,8 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
       ways_failure ? "" : std::to_string(topo.ways.digest()) + "/" + std::to_string(topo.ways.switches_digest());
   std::vector<std::string> ids;
   try {
-    ids = gather_or_fail(store, "hostid", rank, size, me + "|" + my_network + "|" + my_tuning + "|" + affinity_text(),
+    ids = gather_or_fail(store, "hostid", rank, size,
+                         me + "|" + my_network + "|" + my_tuning + "|" + std::to_string(topo.ways.l2()) + "|" + affinity_text(),
                          ways_error, deadline);
   } catch (const Error&) {
     if (ways_failure) std::rethrow_exception(ways_failure);
@@ -248,13 +249,18 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   std::vector<std::string> host_ids(size);
   bool peer_elsewhere = false;
   std::vector<std::string> tunings(size), switches(size), cpus(size), machines(size);
+  std::vector<size_t> l2s(size);
   for (int r = 0; r < size; ++r) {
     const size_t cbar = ids[r].rfind('|');
-    if (cbar == std::string::npos || std::count(ids[r].begin(), ids[r].end(), '|') < 3)
+    const size_t lbar = cbar == std::string::npos || cbar == 0 ? std::string::npos : ids[r].rfind('|', cbar - 1);
+    const std::string l2 = lbar == std::string::npos ? "" : ids[r].substr(lbar + 1, cbar - lbar - 1);
+    const auto [end, ec] = std::from_chars(l2.data(), l2.data() + l2.size(), l2s[r]);
+    if (lbar == std::string::npos || std::count(ids[r].begin(), ids[r].end(), '|') < 4 || l2.empty() ||
+        ec != std::errc() || end != l2.data() + l2.size())
       throw Error("rank " + std::to_string(r) + " published a malformed identity '" + ids[r] +
                   "' (is every rank running the same build of shoal?)");
     cpus[r] = ids[r].substr(cbar + 1);
-    ids[r].resize(cbar);
+    ids[r].resize(lbar);
     const size_t tbar = ids[r].rfind('|'), bar = ids[r].rfind('|', tbar - 1), slash = ids[r].rfind('/');
     host_ids[r] = ids[r].substr(0, bar);
     const std::string network = ids[r].substr(bar + 1, tbar - bar - 1);
@@ -283,6 +289,12 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
                           ", on one host, read different measured costs or settings (" + algo::agreed_settings() +
                           "): set them the same for every rank of a host");
   }
+  // The chunks of the direct ops are cut by one L2 (Ways::l2): every rank of a host cuts by the
+  // smallest that one of them read.
+  size_t host_l2 = topo.ways.l2();
+  for (int r = 0; r < size; ++r)
+    if (host_ids[r] == host_ids[rank]) host_l2 = std::min(host_l2, l2s[r]);
+  topo.ways.agree_l2(host_l2);
   const bool one_host = std::all_of(host_ids.begin(), host_ids.end(), [&](auto& h) { return h == host_ids[0]; });
   topo.hosts = HostMap::from_ids(host_ids);
   // Shared-memory ring slots: the ranks of this host, in rank order.
