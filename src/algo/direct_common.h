@@ -304,7 +304,7 @@ size_t chunk_target(size_t slot, int p);
 // L2, at 2-4 ranks against chunks of 2-4 MiB, these ops took 0.66-1.03x the time from 4 to 64 MiB
 // (BENCHMARKS.md, "Chunks at most one L2"). Broadcast, scatter and gather, which one rank writes
 // and the others read, keep chunk_target (at the sizes where the cut helped scatter and gather
-// through the scratch, they run by single copy); alltoall is unmeasured with the cut.
+// through the scratch, they run by single copy); so does alltoall, which the cut did not speed up.
 size_t chunk_in_l2(size_t slot, int p, size_t l2);
 inline size_t chunk_in_l2(Ctx& c) { return chunk_in_l2(slot_bytes(*c.shm()), c.size, c.ways().l2()); }
 // The two-shot allreduce's (and reduce's) chunk of `n` bytes in all, in bytes: pipelined() from
