@@ -68,7 +68,9 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
   }
   begin(c, sig);
   const bool writes_out = root < 0 || r == root;
-  const size_t cb = (root < 0 ? chunk_in_l2(c) : chunk_target(g, p)) / c.esize * c.esize;
+  // Pieces of one length, cut from the largest block.
+  const size_t most = (root < 0 ? chunk_in_l2(c) : chunk_target(g, p)) / c.esize * c.esize;
+  const size_t cb = even_pieces(b.max_len(), most, c.esize);
   const size_t nchunks = std::max<size_t>(1, (b.max_len() + cb - 1) / cb);
   const CopyFn copy_out = output_copy(b.total());
   auto piece = [&](int j, size_t m) { return std::min(cb, b.len[j] - std::min(b.len[j], m * cb)); };

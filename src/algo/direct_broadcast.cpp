@@ -49,13 +49,8 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
     return;
   }
   begin(c, s.value());
-  // Chunks of one length (to a cache line), as few as chunk_target allows: a short last chunk
-  // after a full one overlaps nothing with it (4 MiB + 64 B took 2-3x the time of 4 MiB:
-  // BENCHMARKS.md, "Copies a few bytes apart in their pages").
-  const size_t target = chunk_target(g, p) / c.esize * c.esize;
-  size_t parts = std::max<size_t>(1, (n + target - 1) / target);
-  if (parts > 1) parts = std::max(parts, kMinChunks);
-  const size_t cb = ((n + parts - 1) / parts + 63) / 64 * 64;  // a multiple of every element size
+  // Chunks of one length, as few as chunk_target allows but four once one will not do.
+  const size_t cb = even_pieces(n, chunk_target(g, p) / c.esize * c.esize, c.esize, kMinChunks);
   const size_t nchunks = std::max<size_t>(1, (n + cb - 1) / cb);
   auto clen = [&](size_t m) { return std::min(cb, n - std::min(n, m * cb)); };
   const CopyFn copy_out = output_copy(n);
@@ -94,8 +89,9 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
     return;
   }
   begin(c, s.value());
-  // pb: bytes of each block per chunk; the root's slot holds one piece of every block.
-  const size_t pb = std::max(es, std::min(slot_bytes(g) / p, chunk_target(g, p)) / 64 * 64 / es * es);
+  // pb: bytes of each block per chunk, of one length; the root's slot holds one piece of every block.
+  const size_t most = std::max(es, std::min(slot_bytes(g) / p, chunk_target(g, p)) / 64 * 64 / es * es);
+  const size_t pb = even_pieces(bs, most, es);
   const size_t nchunks = std::max<size_t>(1, (bs + pb - 1) / pb);
   auto clen = [&](size_t m) { return std::min(pb, bs - std::min(bs, m * pb)); };
   for (size_t ph = 0; ph <= nchunks; ++ph) {
