@@ -184,6 +184,35 @@ TEST(Model, ChunksInL2AreAtMostOneL2) {
   EXPECT_EQ(direct::reduce_scatter_piece(slot, 3, 1 * M), (1 * M / 3) / 64 * 64);
 }
 
+// even_pieces: as few pieces as `most` allows (or least_parts once one will not do), all of one
+// length to a cache line (to an element where `most` is under a line), never over `most`.
+TEST(DirectPieces, OfOneLengthAndNoMoreThanNeeded) {
+  using direct::even_pieces;
+  const size_t K = 1024, M = K * K;
+  EXPECT_EQ(even_pieces(4 * M, 4 * M, 4), 4 * M);                  // one piece
+  EXPECT_EQ(even_pieces(4 * M + 64, 4 * M, 4), 2 * M + 64);        // two, not 4 MiB and 64 B
+  EXPECT_EQ(even_pieces(4 * M, 4055 * K, 4), 2 * M);               // the 2-rank scatter's blocks
+  EXPECT_EQ(even_pieces(4 * M + 64, 4 * M, 4, 4), M + 64);         // the broadcast: four once one will not do
+  EXPECT_EQ(even_pieces(4 * M, 4 * M, 4, 4), 4 * M);               // ... and one where one will
+  EXPECT_EQ(even_pieces(1000, 64, 4), 64);                         // 16 pieces, the last 40 B
+  EXPECT_EQ(even_pieces(100, 48, 4), 36);                          // under a line: whole elements, 3 pieces
+  EXPECT_EQ(even_pieces(0, 64, 4), 64);
+  for (size_t bytes : {size_t(1), size_t(63), 3 * M + 5, 9 * M + 4 * K}) {
+    for (size_t most : {size_t(64) * K, 1 * M, 4055 * K}) {
+      const size_t piece = even_pieces(bytes, most, 4);
+      const size_t parts = (bytes + piece - 1) / piece;
+      EXPECT_LE(piece, most);
+      EXPECT_EQ(piece % 64, 0u);
+      EXPECT_EQ(parts, std::max<size_t>(1, (bytes + most - 1) / most)) << bytes << " in " << most;
+      const size_t last = bytes - (parts - 1) * piece;
+      EXPECT_LE(last, piece);
+      if (parts > 1) {
+        EXPECT_GE(last + 64 * parts, piece) << "a short last piece: " << bytes << " in " << most;
+      }
+    }
+  }
+}
+
 // Times made by a known model, from two ops whose terms tell α, β and γ apart, give that model back.
 TEST(Model, TheFitFindsTheParametersThatMadeTheTimes) {
   const Model truth{2.5e-6, 0.4e-9, 0.15e-9, 0, 0};
