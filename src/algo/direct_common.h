@@ -323,12 +323,13 @@ inline constexpr size_t kMinChunks = 4;
 inline size_t pipelined(size_t chunk, size_t bytes, size_t least = kMinChunkBytes) {
   return std::min(chunk, std::max(least, bytes / kMinChunks));
 }
-// Pieces of one length for moving `bytes` in pieces of at most `most` (each a multiple of 64, or
-// of `es` where `most` is under 64), at least `least_parts` of them where one will not do: as few
-// as `most` allows, none short. A short last piece after a full one overlaps nothing with it: the
-// 2-rank broadcast of 4 MiB + 64 B took 2-3x the time of 4 MiB, the 2-rank scatter through the
-// scratch of 8 MiB (a piece of 41 KiB after one of 4,055 KiB) 1.5-3x that of 7.5 MiB
-// (BENCHMARKS.md, "Copies a few bytes apart in their pages" and "Chunks at most one L2").
+// Pieces of one length for moving `bytes` in pieces of at most `most` (a multiple of 64, or of
+// `es` where under 64; the pieces are too): as few as `most` allows, but at least `least_parts`
+// where one will not do and the bytes make that many lines, and none short by more than a line a
+// piece. A short last piece after a full one overlaps nothing with it: the 2-rank broadcast of 4
+// MiB + 64 B took 2-3x the time of 4 MiB, and the 2-rank scatter through the scratch of 8 MiB (a
+// piece of 41 KiB after one of 4,055 KiB) 2.3x that of 7.5 MiB in the median (BENCHMARKS.md,
+// "Copies a few bytes apart in their pages" and "Chunks at most one L2").
 inline size_t even_pieces(size_t bytes, size_t most, size_t es, size_t least_parts = 1) {
   const size_t align = most >= 64 ? 64 : es;
   size_t parts = std::max<size_t>(1, (bytes + most - 1) / most);
