@@ -178,9 +178,13 @@ TEST(Model, ChunksInL2AreAtMostOneL2) {
   EXPECT_EQ(chunk_in_l2(slot, 2, 0), 4 * M);
   EXPECT_EQ(chunk_in_l2(slot, 2, 32 * K), 4 * M);
   // The two-shot chunk: whole lines for each of p slices, and it fits a slot with one slice more.
-  EXPECT_EQ(direct::two_shot_chunk(slot, 3, 16 * M, 1 * M), 1 * M - 64);
-  EXPECT_EQ(direct::two_shot_chunk(slot, 2, 1 * M, 1 * M), 256 * K);  // n / 4
-  EXPECT_EQ(direct::two_shot_chunk(64 * K * 3, 2, 16 * M, 0), 128 * K);  // 2/3 of the slot
+  // Where ranks share cores, at least kMinChunks chunks; with a core each, the chunk itself.
+  EXPECT_EQ(direct::two_shot_chunk(slot, 3, 16 * M, 1 * M, true), 1 * M - 64);
+  EXPECT_EQ(direct::two_shot_chunk(slot, 3, 16 * M, 1 * M, false), 1 * M - 64);
+  EXPECT_EQ(direct::two_shot_chunk(slot, 2, 1 * M, 1 * M, true), 256 * K);  // n / 4
+  EXPECT_EQ(direct::two_shot_chunk(slot, 2, 1 * M, 1 * M, false), 1 * M);
+  EXPECT_EQ(direct::two_shot_chunk(slot, 2, 2 * M, 0, false), 4 * M);  // the vector is one chunk
+  EXPECT_EQ(direct::two_shot_chunk(64 * K * 3, 2, 16 * M, 0, true), 128 * K);  // 2/3 of the slot
   EXPECT_EQ(direct::reduce_scatter_piece(slot, 3, 1 * M), (1 * M / 3) / 64 * 64);
 }
 

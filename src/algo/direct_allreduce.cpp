@@ -135,7 +135,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   // among many ranks), a multiple of p elements.
   const size_t pz = static_cast<size_t>(p);
   size_t unit = pz * (64 / es);
-  size_t ce = two_shot_chunk(sb, p, n, c.ways().l2()) / es;
+  size_t ce = two_shot_chunk(sb, p, n, c.ways().l2(), g.shares_cores()) / es;
   if (ce == 0) {
     unit = pz;
     ce = sb / es * pz / (pz + 1) / unit * unit;

@@ -307,11 +307,14 @@ size_t chunk_target(size_t slot, int p);
 // through the scratch, they run by single copy); so does alltoall, which the cut did not speed up.
 size_t chunk_in_l2(size_t slot, int p, size_t l2);
 inline size_t chunk_in_l2(Ctx& c) { return chunk_in_l2(slot_bytes(*c.shm()), c.size, c.ways().l2()); }
-// The two-shot allreduce's (and reduce's) chunk of `n` bytes in all, in bytes: pipelined() from
-// chunk_in_l2 (at least kMinChunks chunks, down to 64 KiB a slice where chunk_in_l2 is larger),
+// The two-shot allreduce's (and reduce's) chunk of `n` bytes in all, in bytes: chunk_in_l2, and
+// where ranks share cores pipelined() from it (at least kMinChunks chunks, down to 64 KiB a slice);
 // whole cache lines for each of the p slices (a multiple of 64·p), the input and one result slice
-// fitting in a slot; 0 where no such chunk fits the slot.
-size_t two_shot_chunk(size_t slot, int p, size_t n, size_t l2);
+// fitting in a slot; 0 where no such chunk fits the slot. With a core each, the extra phases cost
+// more than they overlap once a chunk fits the L2: at 2 ranks, 512 KiB-2 MiB took 0.57-0.78x the
+// time in chunks of 1 MiB than in four; at 4 and 8 ranks on 2 cores the four chunks stay level or
+// ahead (BENCHMARKS.md, "Chunks at most one L2").
+size_t two_shot_chunk(size_t slot, int p, size_t n, size_t l2, bool shares_cores);
 // The direct reduce_scatter's piece of each block per chunk, in bytes: chunk_in_l2 over p, whole
 // cache lines where it is one or more.
 size_t reduce_scatter_piece(size_t slot, int p, size_t l2);
