@@ -132,7 +132,7 @@ TEST(Model, DirectOpsCountTheirChunksAsTheirFilesCutThem) {
   };
   {
     L2 unknown(0);
-    EXPECT_EQ(barriers(OpKind::allreduce, 256 * K), 1 + 2);    // chunk max(64 KiB·4, n/4) = 256 KiB
+    EXPECT_EQ(barriers(OpKind::allreduce, 256 * K), 1 + 2);    // one chunk
     EXPECT_EQ(barriers(OpKind::allreduce, 16 * M), 8 + 2);     // chunk 2 MiB
     EXPECT_EQ(barriers(OpKind::allgatherv, 16 * M), 2 + 1);    // blocks of 4 MiB in 2 MiB chunks
     EXPECT_EQ(barriers(OpKind::reduce_scatter, 16 * M), 8 + 1);  // pieces of 2 MiB / 4 of each block
@@ -183,7 +183,8 @@ TEST(Model, ChunksInL2AreAtMostOneL2) {
   EXPECT_EQ(direct::two_shot_chunk(slot, 3, 16 * M, 1 * M, false), 1 * M - 64);
   EXPECT_EQ(direct::two_shot_chunk(slot, 2, 1 * M, 1 * M, true), 256 * K);  // n / 4
   EXPECT_EQ(direct::two_shot_chunk(slot, 2, 1 * M, 1 * M, false), 1 * M);
-  EXPECT_EQ(direct::two_shot_chunk(slot, 2, 2 * M, 0, false), 4 * M);  // the vector is one chunk
+  EXPECT_EQ(direct::two_shot_chunk(slot, 2, 2 * M, 2 * M, false), 2 * M);  // the vector is one chunk
+  EXPECT_EQ(direct::two_shot_chunk(slot, 2, 2 * M, 0, false), 512 * K);    // an unknown L2: four chunks
   EXPECT_EQ(direct::two_shot_chunk(64 * K * 3, 2, 16 * M, 0, true), 128 * K);  // 2/3 of the slot
   EXPECT_EQ(direct::reduce_scatter_piece(slot, 3, 1 * M), (1 * M / 3) / 64 * 64);
 }

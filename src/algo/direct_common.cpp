@@ -147,7 +147,8 @@ size_t chunk_in_l2(size_t slot, int p, size_t l2) {
 size_t two_shot_chunk(size_t slot, int p, size_t n, size_t l2, bool shares_cores) {
   const size_t pz = static_cast<size_t>(p), unit = 64 * pz;
   const size_t in_l2 = chunk_in_l2(slot, p, l2);
-  const size_t chunk = shares_cores ? pipelined(in_l2, n, kMinChunkBytes * pz) : in_l2;
+  const bool fits_l2 = l2 >= kMinChunkBytes;  // else in_l2 is chunk_target, uncut
+  const size_t chunk = shares_cores || !fits_l2 ? pipelined(in_l2, n, kMinChunkBytes * pz) : in_l2;
   return std::min(chunk, slot * pz / (pz + 1)) / unit * unit;
 }
 

@@ -308,12 +308,14 @@ size_t chunk_target(size_t slot, int p);
 size_t chunk_in_l2(size_t slot, int p, size_t l2);
 inline size_t chunk_in_l2(Ctx& c) { return chunk_in_l2(slot_bytes(*c.shm()), c.size, c.ways().l2()); }
 // The two-shot allreduce's (and reduce's) chunk of `n` bytes in all, in bytes: chunk_in_l2, and
-// where ranks share cores pipelined() from it (at least kMinChunks chunks, down to 64 KiB a slice);
-// whole cache lines for each of the p slices (a multiple of 64·p), the input and one result slice
-// fitting in a slot; 0 where no such chunk fits the slot. With a core each, the extra phases cost
-// more than they overlap once a chunk fits the L2: at 2 ranks, 512 KiB-2 MiB took 0.57-0.78x the
-// time in chunks of 1 MiB than in four; at 4 and 8 ranks on 2 cores the four chunks stay level or
-// ahead (BENCHMARKS.md, "Chunks at most one L2").
+// where ranks share cores or the L2 is unknown pipelined() from it (at least kMinChunks chunks,
+// down to 64 KiB a slice); whole cache lines for each of the p slices (a multiple of 64·p), the
+// input and one result slice fitting in a slot; 0 where no such chunk fits the slot. With a core
+// each, the extra phases cost more than they overlap once a chunk fits the L2: at 2 ranks, 512
+// KiB-2 MiB took 0.57-0.78x the time in chunks of 1 MiB than in four; at 4 and 8 ranks on 2 cores
+// 0.66-1.17x, with no pattern (BENCHMARKS.md, "Chunks at most one L2"). A chunk that does not fit
+// the L2 leaves the caches between copy in and reduce: four chunks halved the 2-rank allreduce
+// of 2 MiB when one chunk was 4 MiB ("Direct allreduce: at least 4 chunks").
 size_t two_shot_chunk(size_t slot, int p, size_t n, size_t l2, bool shares_cores);
 // The direct reduce_scatter's piece of each block per chunk, in bytes: chunk_in_l2 over p, whole
 // cache lines where it is one or more.

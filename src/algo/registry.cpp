@@ -43,7 +43,9 @@ Terms in_host(Terms t) { return {0, 0, t.reduced, t.messages, t.bytes}; }
 Terms two_shot_cost(Shape s, double n, double copies) {
   const int p = s.p;
   if (direct_small(n)) return {1, (p + 1) * n, (p - 1) * n};
-  // Ranks share cores where they outnumber this process's CPUs (ShmGroup::shares_cores).
+  // Ranks share cores where they outnumber this process's CPUs: these stand in for the union of
+  // the ranks' CPUs that ShmGroup::shares_cores counts, the same where the ranks share one mask
+  // (shoal-bench's launcher), not where each is held to a CPU of its own.
   double chunk = static_cast<double>(
       direct::two_shot_chunk(direct_slot(), p, static_cast<size_t>(n), l2_bytes(), p > cpus_of_this_thread()));
   if (chunk == 0) chunk = static_cast<double>(direct_slot()) * p / (p + 1);  // no whole lines fit: p elements
