@@ -141,19 +141,18 @@ size_t chunk_target(size_t slot, int p) {
 
 size_t chunk_in_l2(size_t slot, int p, size_t l2) {
   const size_t t = chunk_target(slot, p);
-  return l2 >= kMinChunkBytes ? std::min(t, l2 / 64 * 64) : t;
+  return cuts_by_l2(l2) ? std::min(t, l2 / 64 * 64) : t;
 }
 
 size_t two_shot_chunk(size_t slot, int p, size_t n, size_t l2, bool shares_cores) {
   const size_t pz = static_cast<size_t>(p), unit = 64 * pz;
   const size_t in_l2 = chunk_in_l2(slot, p, l2);
-  const bool fits_l2 = l2 >= kMinChunkBytes;  // else in_l2 is chunk_target, uncut
-  const size_t chunk = shares_cores || !fits_l2 ? pipelined(in_l2, n, kMinChunkBytes * pz) : in_l2;
+  const size_t chunk = shares_cores || !cuts_by_l2(l2) ? pipelined(in_l2, n, kMinChunkBytes * pz) : in_l2;
   return std::min(chunk, slot * pz / (pz + 1)) / unit * unit;
 }
 
 size_t reduce_scatter_piece(size_t slot, int p, size_t l2) {
-  const size_t b = std::min(slot, chunk_in_l2(slot, p, l2)) / static_cast<size_t>(p);
+  const size_t b = chunk_in_l2(slot, p, l2) / static_cast<size_t>(p);  // chunk_target is within the slot
   return b >= 64 ? b / 64 * 64 : b;
 }
 

@@ -306,6 +306,8 @@ size_t chunk_target(size_t slot, int p);
 // and the others read, keep chunk_target (at the sizes where the cut helped scatter and gather
 // through the scratch, they run by single copy); so does alltoall, which the cut did not speed up.
 size_t chunk_in_l2(size_t slot, int p, size_t l2);
+// Whether chunks are cut by `l2`: a size read from the CPU, not 0 (unknown) nor implausibly small.
+inline bool cuts_by_l2(size_t l2) { return l2 >= kMinChunkBytes; }
 inline size_t chunk_in_l2(Ctx& c) { return chunk_in_l2(slot_bytes(*c.shm()), c.size, c.ways().l2()); }
 // The two-shot allreduce's (and reduce's) chunk of `n` bytes in all, in bytes: chunk_in_l2, and
 // where ranks share cores or the L2 is unknown pipelined() from it (at least kMinChunks chunks,

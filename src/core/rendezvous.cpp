@@ -255,8 +255,8 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
     const size_t lbar = cbar == std::string::npos || cbar == 0 ? std::string::npos : ids[r].rfind('|', cbar - 1);
     const std::string l2 = lbar == std::string::npos ? "" : ids[r].substr(lbar + 1, cbar - lbar - 1);
     const auto [end, ec] = std::from_chars(l2.data(), l2.data() + l2.size(), l2s[r]);
-    if (lbar == std::string::npos || std::count(ids[r].begin(), ids[r].end(), '|') < 4 || l2.empty() ||
-        ec != std::errc() || end != l2.data() + l2.size())
+    if (lbar == std::string::npos || std::count(ids[r].begin(), ids[r].end(), '|') < 4 || ec != std::errc() ||
+        end != l2.data() + l2.size())
       throw Error("rank " + std::to_string(r) + " published a malformed identity '" + ids[r] +
                   "' (is every rank running the same build of shoal?)");
     cpus[r] = ids[r].substr(cbar + 1);
