@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "algo/common.h"
 #include "algo/direct_common.h"
 #include "algo/model.h"
 #include "base/cpus.h"
@@ -216,6 +217,23 @@ TEST(DirectPieces, OfOneLengthAndNoMoreThanNeeded) {
       }
     }
   }
+}
+
+// output_copy: non-temporal stores for an output of 8 MiB or more, and for smaller ones where the
+// writers of this host write 16 MiB or more together (24 MiB for the broadcast's threshold).
+TEST(OutputStores, StreamWhereTheHostsWritersWriteMuchTogether) {
+  const size_t M = size_t(1) << 20;
+  EXPECT_EQ(output_copy(8 * M), copy_streaming);              // one writer, as before
+  EXPECT_EQ(output_copy(8 * M - 64), copy_bytes);
+  EXPECT_EQ(output_copy(8 * M - 64, 2), copy_bytes);          // 2 ranks: 8 MiB each, as before
+  EXPECT_EQ(output_copy(2 * M, 8), copy_streaming);           // 8 ranks of 2 MiB: 16 MiB in all
+  EXPECT_EQ(output_copy(2 * M - 64, 8), copy_bytes);
+  EXPECT_EQ(output_copy(4 * M, 4), copy_streaming);
+  EXPECT_EQ(output_copy(4 * M - 64, 4), copy_bytes);
+  EXPECT_EQ(output_copy(3 * M - 64, 8, kStreamingBroadcastBytes), copy_bytes);
+  EXPECT_EQ(output_copy(3 * M, 8, kStreamingBroadcastBytes), copy_streaming);
+  EXPECT_EQ(output_copy(8 * M, 2, kStreamingBroadcastBytes), copy_streaming);  // one output large enough
+  EXPECT_EQ(output_copy(0, 64), copy_bytes);
 }
 
 // Times made by a known model, from two ops whose terms tell α, β and γ apart, give that model back.

@@ -38,12 +38,27 @@ inline constexpr size_t kAlltoallBulkBlock = size_t(1) << 20;
 inline uint8_t* u8(void* p) { return static_cast<uint8_t*>(p); }
 inline const uint8_t* u8(const void* p) { return static_cast<const uint8_t*>(p); }
 
-// How an op writes an output of `output_bytes` in all that its caller does not read back at once:
-// copy_streaming from `stream_from` (kStreamingOutputBytes, reduce/copy.h, unless the op measured
-// another), copy_bytes (reduce/copy.h) below that size.
+// How an op writes an output of `output_bytes` in all that its caller does not read back at once,
+// where `writers` ranks of this host write one each at the same time: copy_streaming where one
+// output is kStreamingOutputBytes or more (reduce/copy.h), or where the writers' outputs together
+// are `host_from` or more, since they share the host's last-level cache; copy_bytes below.
+// On an AMD EPYC with a 32 MiB L3 (2 cores), allgather, allreduce and alltoall took 0.62-0.97x
+// the time streamed with 16-28 MiB in all (3-8 ranks), and 0.91-1.49x with 8 MiB in all (8 ranks
+// of 1 MiB, 4 of 2 MiB). The broadcast, whose ranks all read one root's chunks, took 1.12-1.54x
+// streamed with 12-20 MiB in all (4 ranks of 3-5 MiB) and 0.65-0.98x from 24 MiB: it passes
+// kStreamingBroadcastBytes (BENCHMARKS.md, "Outputs streamed by what the host's ranks write
+// together").
+inline constexpr size_t kStreamingHostBytes = size_t(16) << 20;
+inline constexpr size_t kStreamingBroadcastBytes = size_t(24) << 20;
 using CopyFn = void (*)(void* dst, const void* src, size_t n);
-inline CopyFn output_copy(size_t output_bytes, size_t stream_from = kStreamingOutputBytes) {
-  return output_bytes >= stream_from ? copy_streaming : copy_bytes;
+inline CopyFn output_copy(size_t output_bytes, size_t writers = 1, size_t host_from = kStreamingHostBytes) {
+  const bool streams = output_bytes >= kStreamingOutputBytes || output_bytes * writers >= host_from;
+  return streams ? copy_streaming : copy_bytes;
+}
+// The ranks of `c` on this host: all of them where the group is one host's, else this one alone
+// (what the others of this host write is not known here).
+inline size_t ranks_here(const Ctx& c) {
+  return c.topo == Topo::shm || c.topo == Topo::one_host_tcp ? static_cast<size_t>(c.size) : 1;
 }
 inline bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
   if (!an || !bn) return false;
