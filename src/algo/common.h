@@ -43,9 +43,10 @@ inline const uint8_t* u8(const void* p) { return static_cast<const uint8_t*>(p);
 // output is kStreamingOutputBytes or more (reduce/copy.h), or where the writers' outputs together
 // are `host_from` or more, since they share the host's last-level cache; copy_bytes below.
 // On an AMD EPYC with a 32 MiB L3 (2 cores), allgather, allreduce and alltoall took 0.62-0.97x
-// the time streamed with 16-28 MiB in all (3-8 ranks), and 0.91-1.49x with 8 MiB in all (8 ranks
-// of 1 MiB, 4 of 2 MiB). The broadcast, whose ranks all read one root's chunks, took 1.12-1.54x
-// streamed with 12-20 MiB in all (4 ranks of 3-5 MiB) and 0.65-0.98x from 24 MiB: it passes
+// the time streamed with 16-28 MiB in all at 3-8 ranks (the 8-rank allgather of 2 MiB: level),
+// and 0.91-1.49x with 8 MiB in all (8 ranks of 1 MiB, 4 of 2 MiB). The broadcast, whose ranks all
+// read one root's chunks, took 1.12-1.54x streamed with 12-20 MiB in all (4 ranks of 3-5 MiB, 6
+// of 3 MiB) and 0.65-0.98x from 24 MiB: it passes
 // kStreamingBroadcastBytes (BENCHMARKS.md, "Outputs streamed by what the host's ranks write
 // together").
 inline constexpr size_t kStreamingHostBytes = size_t(16) << 20;
