@@ -5,7 +5,6 @@
 
 #include <cmath>
 
-#include "algo/common.h"
 #include "algo/direct_common.h"
 #include "algo/model.h"
 #include "base/cpus.h"
@@ -223,9 +222,9 @@ TEST(DirectPieces, OfOneLengthAndNoMoreThanNeeded) {
 // writers of this host write 16 MiB or more together (24 MiB for the broadcast's threshold).
 TEST(OutputStores, StreamWhereTheHostsWritersWriteMuchTogether) {
   const size_t M = size_t(1) << 20;
-  EXPECT_EQ(output_copy(8 * M), copy_streaming);              // one writer, as before
-  EXPECT_EQ(output_copy(8 * M - 64), copy_bytes);
-  EXPECT_EQ(output_copy(8 * M - 64, 2), copy_bytes);          // 2 ranks: 8 MiB each, as before
+  EXPECT_EQ(output_copy(8 * M, 1), copy_streaming);           // one writer, as before
+  EXPECT_EQ(output_copy(8 * M - 64, 1), copy_bytes);
+  EXPECT_EQ(output_copy(8 * M - 64, 2), copy_bytes);          // 2 ranks: from 8 MiB each, as before
   EXPECT_EQ(output_copy(2 * M, 8), copy_streaming);           // 8 ranks of 2 MiB: 16 MiB in all
   EXPECT_EQ(output_copy(2 * M - 64, 8), copy_bytes);
   EXPECT_EQ(output_copy(4 * M, 4), copy_streaming);

@@ -20,7 +20,10 @@ void alltoallv_pairwise(Ctx& c, const void* in, const std::vector<size_t>& send_
   const size_t es = c.esize;
   Blocks sb = counted_blocks(send_counts, es), rb = counted_blocks(recv_counts, es);
   const uint8_t* src = apart_from_out(c, in, sb.total(), out, rb.total());
-  output_copy(rb.total(), ranks_here(c))(u8(out) + rb.off[r], src + sb.off[r], std::min(sb.len[r], rb.len[r]));
+  // Over shared memory every rank of the group is on this host and writes such an output; over
+  // TCP the rule stays one writer's (not measured there).
+  const size_t writers = c.topo == Topo::shm ? static_cast<size_t>(p) : 1;
+  output_copy(rb.total(), writers)(u8(out) + rb.off[r], src + sb.off[r], std::min(sb.len[r], rb.len[r]));
   std::vector<std::vector<Request*>> inflight;
   size_t head = 0;
   for (int k = 1; k < p; ++k) {

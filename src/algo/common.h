@@ -39,27 +39,25 @@ inline uint8_t* u8(void* p) { return static_cast<uint8_t*>(p); }
 inline const uint8_t* u8(const void* p) { return static_cast<const uint8_t*>(p); }
 
 // How an op writes an output of `output_bytes` in all that its caller does not read back at once,
-// where `writers` ranks of this host write one each at the same time: copy_streaming where one
-// output is kStreamingOutputBytes or more (reduce/copy.h), or where the writers' outputs together
-// are `host_from` or more, since they share the host's last-level cache; copy_bytes below.
-// On an AMD EPYC with a 32 MiB L3 (2 cores), allgather, allreduce and alltoall took 0.62-0.97x
-// the time streamed with 16-28 MiB in all at 3-8 ranks (the 8-rank allgather of 2 MiB: level),
-// and 0.91-1.49x with 8 MiB in all (8 ranks of 1 MiB, 4 of 2 MiB). The broadcast, whose ranks all
-// read one root's chunks, took 1.12-1.54x streamed with 12-20 MiB in all (4 ranks of 3-5 MiB, 6
-// of 3 MiB) and 0.65-0.98x from 24 MiB: it passes
-// kStreamingBroadcastBytes (BENCHMARKS.md, "Outputs streamed by what the host's ranks write
-// together").
+// where `writers` ranks of this host write such an output at the same time (the broadcast counts
+// its root, whose buffer is the output too: its threshold was measured so): copy_streaming where
+// one output is kStreamingOutputBytes or more (reduce/copy.h), or where the writers' outputs
+// together are `host_from` or more, since they share the host's last-level cache; copy_bytes
+// below. On an AMD EPYC with a 32 MiB L3 (2 cores), allgather, allreduce and alltoall took
+// 0.62-0.97x the time streamed with 16-56 MiB in all at 3-8 ranks (the 8-rank allgather of 2 MiB:
+// level), and 0.91-1.49x with 8 MiB in all (8 ranks of 1 MiB, 4 of 2 MiB). The broadcast, whose
+// ranks all read one root's chunks, took 1.12-1.54x streamed with 12-20 MiB in all (4 ranks of
+// 3-5 MiB, 6 of 3 MiB) and 0.65-0.98x from 24 MiB: it passes kStreamingBroadcastBytes
+// (BENCHMARKS.md, "Outputs streamed by what the host's ranks write together").
 inline constexpr size_t kStreamingHostBytes = size_t(16) << 20;
 inline constexpr size_t kStreamingBroadcastBytes = size_t(24) << 20;
+// Two ranks stream from kStreamingOutputBytes each, as one does: the host's thresholds are not
+// met sooner.
+static_assert(kStreamingHostBytes >= 2 * kStreamingOutputBytes && kStreamingBroadcastBytes >= 2 * kStreamingOutputBytes);
 using CopyFn = void (*)(void* dst, const void* src, size_t n);
-inline CopyFn output_copy(size_t output_bytes, size_t writers = 1, size_t host_from = kStreamingHostBytes) {
+inline CopyFn output_copy(size_t output_bytes, size_t writers, size_t host_from = kStreamingHostBytes) {
   const bool streams = output_bytes >= kStreamingOutputBytes || output_bytes * writers >= host_from;
   return streams ? copy_streaming : copy_bytes;
-}
-// The ranks of `c` on this host: all of them where the group is one host's, else this one alone
-// (what the others of this host write is not known here).
-inline size_t ranks_here(const Ctx& c) {
-  return c.topo == Topo::shm || c.topo == Topo::one_host_tcp ? static_cast<size_t>(c.size) : 1;
 }
 inline bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
   if (!an || !bn) return false;
