@@ -218,21 +218,28 @@ TEST(DirectPieces, OfOneLengthAndNoMoreThanNeeded) {
   }
 }
 
-// output_copy: non-temporal stores for an output of 8 MiB or more, and for smaller ones where the
-// writers of this host write 16 MiB or more together (24 MiB for the broadcast's threshold).
+// output_copy: non-temporal stores for an output of 8 MiB or more, and for smaller ones where three
+// or more writers of this host write the op's threshold or more together.
 TEST(OutputStores, StreamWhereTheHostsWritersWriteMuchTogether) {
   const size_t M = size_t(1) << 20;
-  EXPECT_EQ(output_copy(8 * M, 1), copy_streaming);           // one writer, as before
-  EXPECT_EQ(output_copy(8 * M - 64, 1), copy_bytes);
-  EXPECT_EQ(output_copy(8 * M - 64, 2), copy_bytes);          // 2 ranks: from 8 MiB each, as before
-  EXPECT_EQ(output_copy(2 * M, 8), copy_streaming);           // 8 ranks of 2 MiB: 16 MiB in all
-  EXPECT_EQ(output_copy(2 * M - 64, 8), copy_bytes);
-  EXPECT_EQ(output_copy(4 * M, 4), copy_streaming);
-  EXPECT_EQ(output_copy(4 * M - 64, 4), copy_bytes);
+  for (size_t host : {kStreamingReduceAlltoallBytes, kStreamingAllgatherBytes, kStreamingBroadcastBytes}) {
+    EXPECT_EQ(output_copy(8 * M, 1, host), copy_streaming);      // one writer, as before
+    EXPECT_EQ(output_copy(8 * M - 64, 1, host), copy_bytes);
+    EXPECT_EQ(output_copy(8 * M - 64, 2, host), copy_bytes);      // two: from 8 MiB each, as before
+    EXPECT_EQ(output_copy(8 * M, 2, host), copy_streaming);
+    EXPECT_EQ(output_copy(0, 64, host), copy_bytes);
+    for (size_t writers : {3, 4, 8, 64}) {
+      const size_t from = (host + writers - 1) / writers;  // the least output that makes `host` in all
+      if (from >= 8 * M) continue;
+      EXPECT_EQ(output_copy(from, writers, host), copy_streaming) << writers << " writers, " << host;
+      EXPECT_EQ(output_copy(from - 1, writers, host), copy_bytes) << writers << " writers, " << host;
+    }
+  }
+  EXPECT_EQ(output_copy(2 * M, 8, kStreamingAllgatherBytes), copy_streaming);     // 8 ranks of 2 MiB
+  EXPECT_EQ(output_copy(1280 * 1024, 8, kStreamingReduceAlltoallBytes), copy_streaming);
+  EXPECT_EQ(output_copy(1280 * 1024 - 64, 8, kStreamingReduceAlltoallBytes), copy_bytes);
   EXPECT_EQ(output_copy(3 * M - 64, 8, kStreamingBroadcastBytes), copy_bytes);
   EXPECT_EQ(output_copy(3 * M, 8, kStreamingBroadcastBytes), copy_streaming);
-  EXPECT_EQ(output_copy(8 * M, 2, kStreamingBroadcastBytes), copy_streaming);  // one output large enough
-  EXPECT_EQ(output_copy(0, 64), copy_bytes);
 }
 
 // Times made by a known model, from two ops whose terms tell α, β and γ apart, give that model back.

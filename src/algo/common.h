@@ -39,24 +39,28 @@ inline uint8_t* u8(void* p) { return static_cast<uint8_t*>(p); }
 inline const uint8_t* u8(const void* p) { return static_cast<const uint8_t*>(p); }
 
 // How an op writes an output of `output_bytes` in all that its caller does not read back at once,
-// where `writers` ranks of this host write such an output at the same time (the broadcast counts
-// its root, whose buffer is the output too: its threshold was measured so): copy_streaming where
-// one output is kStreamingOutputBytes or more (reduce/copy.h), or where the writers' outputs
-// together are `host_from` or more, since they share the host's last-level cache; copy_bytes
-// below. On an AMD EPYC with a 32 MiB L3 (2 cores), allgather, allreduce and alltoall took
-// 0.62-0.97x the time streamed with 16-56 MiB in all at 3-8 ranks (the 8-rank allgather of 2 MiB:
-// level), and 0.91-1.49x with 8 MiB in all (8 ranks of 1 MiB, 4 of 2 MiB). The broadcast, whose
-// ranks all read one root's chunks, took 1.12-1.54x streamed with 12-20 MiB in all (4 ranks of
-// 3-5 MiB, 6 of 3 MiB) and 0.65-0.98x from 24 MiB: it passes kStreamingBroadcastBytes
-// (BENCHMARKS.md, "Outputs streamed by what the host's ranks write together").
-inline constexpr size_t kStreamingHostBytes = size_t(16) << 20;
+// where `writers` ranks of this host write such an output at the same time: copy_streaming where
+// one output is kStreamingOutputBytes or more (reduce/copy.h), or where three or more writers'
+// outputs together are `host_from` or more, since they share the host's last-level cache;
+// copy_bytes below. The thresholds in all are the op's, measured on an AMD EPYC with a 32 MiB L3
+// (2 cores; BENCHMARKS.md, "Outputs streamed by what the host's ranks write together"):
+// - allreduce and alltoall, whose ranks each touch an input, a scratch and an output of the
+//   output's size: from 10 MiB. At 3-8 ranks they took 0.57-0.97x the time streamed with 10-56
+//   MiB in all (4 ranks with 10-14 MiB: 0.86-1.07x, level), and 0.91-1.16x with 8 MiB in all (8
+//   ranks of 1 MiB, 4 of 2 MiB).
+// - allgather: from 16 MiB. It took 0.62-0.97x streamed with 16-56 MiB in all (the 8-rank one of
+//   2 MiB: level), 1.19x with 12 MiB and 1.46-1.49x with 8 MiB.
+// - broadcast, whose ranks all read one root's chunks (its root counts as a writer: its buffer is
+//   the output too): from 24 MiB. It took 1.12-1.54x streamed with 12-20 MiB in all and
+//   0.65-0.98x from 24 MiB.
+// Two ranks keep the threshold of one: at 5-7 MiB each, streamed allreduce and alltoall took
+// 0.85-1.32x the time.
+inline constexpr size_t kStreamingReduceAlltoallBytes = size_t(10) << 20;
+inline constexpr size_t kStreamingAllgatherBytes = size_t(16) << 20;
 inline constexpr size_t kStreamingBroadcastBytes = size_t(24) << 20;
-// Two ranks stream from kStreamingOutputBytes each, as one does: the host's thresholds are not
-// met sooner.
-static_assert(kStreamingHostBytes >= 2 * kStreamingOutputBytes && kStreamingBroadcastBytes >= 2 * kStreamingOutputBytes);
 using CopyFn = void (*)(void* dst, const void* src, size_t n);
-inline CopyFn output_copy(size_t output_bytes, size_t writers, size_t host_from = kStreamingHostBytes) {
-  const bool streams = output_bytes >= kStreamingOutputBytes || output_bytes * writers >= host_from;
+inline CopyFn output_copy(size_t output_bytes, size_t writers, size_t host_from) {
+  const bool streams = output_bytes >= kStreamingOutputBytes || (writers > 2 && output_bytes * writers >= host_from);
   return streams ? copy_streaming : copy_bytes;
 }
 inline bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
