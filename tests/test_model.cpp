@@ -236,6 +236,7 @@ TEST(OutputStores, StreamWhereTheHostsWritersWriteMuchTogether) {
     }
   }
   EXPECT_EQ(output_copy(2 * M, 8, kStreamingAllgatherBytes), copy_streaming);     // 8 ranks of 2 MiB
+  EXPECT_EQ(output_copy(2 * M - 64, 8, kStreamingAllgatherBytes), copy_bytes);
   EXPECT_EQ(output_copy(1280 * 1024, 8, kStreamingReduceAlltoallBytes), copy_streaming);
   EXPECT_EQ(output_copy(1280 * 1024 - 64, 8, kStreamingReduceAlltoallBytes), copy_bytes);
   EXPECT_EQ(output_copy(3 * M - 64, 8, kStreamingBroadcastBytes), copy_bytes);

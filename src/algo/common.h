@@ -42,17 +42,18 @@ inline const uint8_t* u8(const void* p) { return static_cast<const uint8_t*>(p);
 // where `writers` ranks of this host write such an output at the same time: copy_streaming where
 // one output is kStreamingOutputBytes or more (reduce/copy.h), or where three or more writers'
 // outputs together are `host_from` or more, since they share the host's last-level cache;
-// copy_bytes below. The thresholds in all are the op's, measured on an AMD EPYC with a 32 MiB L3
-// (2 cores; BENCHMARKS.md, "Outputs streamed by what the host's ranks write together"):
-// - allreduce and alltoall, whose ranks each touch an input, a scratch and an output of the
-//   output's size: from 10 MiB. At 3-8 ranks they took 0.57-0.97x the time streamed with 10-56
-//   MiB in all (4 ranks with 10-14 MiB: 0.86-1.07x, level), and 0.91-1.16x with 8 MiB in all (8
-//   ranks of 1 MiB, 4 of 2 MiB).
+// copy_bytes below. Each op passes its own `host_from` (bytes in all), measured on an AMD EPYC
+// with a 32 MiB L3 (2 cores; BENCHMARKS.md, "Outputs streamed by what the host's ranks write
+// together"):
+// - allreduce and alltoall, whose input is as large as the output (the allgather's is 1/p of
+//   it): from 10 MiB. At 3-8 ranks they took 0.57-0.95x the time streamed with 10-56 MiB in all
+//   (4 ranks with 10-14 MiB: 0.86-1.07x, level; one run of the 4-rank allreduce of 4 MiB 1.06,
+//   its rerun 0.74), and 0.91-1.16x with 8 MiB in all (8 ranks of 1 MiB, 4 of 2 MiB).
 // - allgather: from 16 MiB. It took 0.62-0.97x streamed with 16-56 MiB in all (the 8-rank one of
 //   2 MiB: level), 1.19x with 12 MiB and 1.46-1.49x with 8 MiB.
 // - broadcast, whose ranks all read one root's chunks (its root counts as a writer: its buffer is
-//   the output too): from 24 MiB. It took 1.12-1.54x streamed with 12-20 MiB in all and
-//   0.65-0.98x from 24 MiB.
+//   the output too): from 24 MiB. It took 1.12-1.54x streamed with 12-20 MiB in all (the 8-rank
+//   one of 2 MiB: 0.65x in one run, 1.31x in the next) and 0.65-0.98x from 24 MiB.
 // Two ranks keep the threshold of one: at 5-7 MiB each, streamed allreduce and alltoall took
 // 0.85-1.32x the time.
 inline constexpr size_t kStreamingReduceAlltoallBytes = size_t(10) << 20;
