@@ -3,6 +3,7 @@
 // against the others), and the fit finds the parameters that made a set of times.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "algo/direct_common.h"
@@ -218,29 +219,36 @@ TEST(DirectPieces, OfOneLengthAndNoMoreThanNeeded) {
   }
 }
 
-// output_copy: non-temporal stores for an output of 8 MiB or more, and for smaller ones where three
-// or more writers of this host write the op's threshold or more together.
+// output_copy: non-temporal stores for an output of 8 MiB or more, and, where three or more writers
+// of this host write one at once, for one of the op's `shared` bytes or more, or for outputs of
+// its `host` bytes or more together.
 TEST(OutputStores, StreamWhereTheHostsWritersWriteMuchTogether) {
   const size_t M = size_t(1) << 20;
-  for (size_t host : {kStreamingReduceAlltoallBytes, kStreamingAllgatherBytes, kStreamingBroadcastBytes}) {
-    EXPECT_EQ(output_copy(8 * M, 1, host), copy_streaming);      // one writer, as before
-    EXPECT_EQ(output_copy(8 * M - 64, 1, host), copy_bytes);
-    EXPECT_EQ(output_copy(8 * M - 64, 2, host), copy_bytes);      // two: from 8 MiB each, as before
-    EXPECT_EQ(output_copy(8 * M, 2, host), copy_streaming);
-    EXPECT_EQ(output_copy(0, 64, host), copy_bytes);
-    for (size_t writers : {3, 4, 8, 64}) {
-      const size_t from = (host + writers - 1) / writers;  // the least output that makes `host` in all
-      if (from >= 8 * M) continue;
-      EXPECT_EQ(output_copy(from, writers, host), copy_streaming) << writers << " writers, " << host;
-      EXPECT_EQ(output_copy(from - 1, writers, host), copy_bytes) << writers << " writers, " << host;
+  for (StreamFrom from : {kStreamReduceAlltoall, kStreamAllgather, kStreamBroadcast}) {
+    EXPECT_EQ(output_copy(8 * M, 1, from), copy_streaming);      // one writer, as before
+    EXPECT_EQ(output_copy(8 * M - 64, 1, from), copy_bytes);
+    EXPECT_EQ(output_copy(8 * M - 64, 2, from), copy_bytes);      // two: from 8 MiB each, as before
+    EXPECT_EQ(output_copy(8 * M, 2, from), copy_streaming);
+    EXPECT_EQ(output_copy(0, 64, from), copy_bytes);
+    for (size_t writers : {3, 4, 5, 8, 16, 64}) {
+      // The least output that streams: `shared`, or less where it makes `host` in all.
+      const size_t least = std::min({from.shared, (from.host + writers - 1) / writers, 8 * M});
+      EXPECT_EQ(output_copy(least, writers, from), copy_streaming) << writers << " writers, " << from.host;
+      EXPECT_EQ(output_copy(least - 1, writers, from), copy_bytes) << writers << " writers, " << from.host;
     }
   }
-  EXPECT_EQ(output_copy(2 * M, 8, kStreamingAllgatherBytes), copy_streaming);     // 8 ranks of 2 MiB
-  EXPECT_EQ(output_copy(2 * M - 64, 8, kStreamingAllgatherBytes), copy_bytes);
-  EXPECT_EQ(output_copy(1280 * 1024, 8, kStreamingReduceAlltoallBytes), copy_streaming);
-  EXPECT_EQ(output_copy(1280 * 1024 - 64, 8, kStreamingReduceAlltoallBytes), copy_bytes);
-  EXPECT_EQ(output_copy(3 * M - 64, 8, kStreamingBroadcastBytes), copy_bytes);
-  EXPECT_EQ(output_copy(3 * M, 8, kStreamingBroadcastBytes), copy_streaming);
+  // The points the comments at the StreamFrom constants name.
+  EXPECT_EQ(output_copy(1280 * 1024, 8, kStreamReduceAlltoall), copy_streaming);  // 8 ranks of 1.25 MiB
+  EXPECT_EQ(output_copy(1280 * 1024 - 64, 8, kStreamReduceAlltoall), copy_bytes);
+  EXPECT_EQ(output_copy(4 * M, 3, kStreamAllgather), copy_streaming);             // 3 ranks of 4 MiB
+  EXPECT_EQ(output_copy(4 * M - 64, 4, kStreamAllgather), copy_bytes);
+  EXPECT_EQ(output_copy(3 * M - 64, 8, kStreamAllgather), copy_bytes);            // 8 of 3 MiB: 24 in all
+  EXPECT_EQ(output_copy(3 * M, 8, kStreamAllgather), copy_streaming);
+  EXPECT_EQ(output_copy(3 * M / 2 - 64, 16, kStreamAllgather), copy_bytes);       // 16 of 1.5 MiB
+  EXPECT_EQ(output_copy(3 * M / 2, 16, kStreamAllgather), copy_streaming);
+  EXPECT_EQ(output_copy(5 * M, 4, kStreamBroadcast), copy_bytes);                 // a broadcast: 24 in all
+  EXPECT_EQ(output_copy(6 * M, 4, kStreamBroadcast), copy_streaming);
+  EXPECT_EQ(output_copy(3 * M - 64, 8, kStreamBroadcast), copy_bytes);
 }
 
 // Times made by a known model, from two ops whose terms tell α, β and γ apart, give that model back.

@@ -23,7 +23,7 @@ void alltoallv_pairwise(Ctx& c, const void* in, const std::vector<size_t>& send_
   // Over shared memory every rank of the group is on this host and writes such an output; over
   // TCP the rule stays one writer's (not measured there).
   const size_t writers = c.topo == Topo::shm ? static_cast<size_t>(p) : 1;
-  output_copy(rb.total(), writers, kStreamingReduceAlltoallBytes)(u8(out) + rb.off[r], src + sb.off[r], std::min(sb.len[r], rb.len[r]));
+  output_copy(rb.total(), writers, kStreamReduceAlltoall)(u8(out) + rb.off[r], src + sb.off[r], std::min(sb.len[r], rb.len[r]));
   std::vector<std::vector<Request*>> inflight;
   size_t head = 0;
   for (int k = 1; k < p; ++k) {

@@ -38,30 +38,37 @@ inline constexpr size_t kAlltoallBulkBlock = size_t(1) << 20;
 inline uint8_t* u8(void* p) { return static_cast<uint8_t*>(p); }
 inline const uint8_t* u8(const void* p) { return static_cast<const uint8_t*>(p); }
 
+// Where an op's outputs stream (output_copy), once three or more ranks of the host write one at
+// the same time: from `shared` bytes an output, or from `host` bytes in all, since those ranks
+// share the host's last-level cache. Measured on an AMD EPYC with a 32 MiB L3 (2 cores;
+// BENCHMARKS.md, "Outputs streamed by what the host's ranks write together"):
+// - allreduce and alltoall, whose input is as large as the output (the allgather's is 1/p of
+//   it): from 10 MiB in all. At 3-8 ranks they took 0.57-0.95x the time streamed with 10-56 MiB
+//   in all (4 ranks with 10-14 MiB: 0.86-1.07x, level; one run of the 4-rank allreduce of 4 MiB
+//   1.06, its rerun 0.74), at 12-16 ranks with 10-32 MiB 0.69-1.02x, and 0.91-1.16x with 8 MiB
+//   in all (8 ranks of 1 MiB, 4 of 2 MiB).
+// - allgather: from 4 MiB an output or 24 MiB in all. Streamed, it took 0.62-1.06x the time from
+//   4 MiB at 3-5 ranks, 0.66-1.09x with 24 MiB in all and 0.77-0.93x with 28-32 MiB at 4-16
+//   ranks, but 0.89-1.52x below both (3-16 ranks; 8-16 ranks with 16-20 MiB in all: 0.95-1.52x).
+// - broadcast, whose ranks all read one root's chunks (its root counts as a writer: its buffer
+//   is the output too): from 24 MiB in all. It took 1.12-1.54x streamed with 12-20 MiB in all
+//   (4 ranks of 4-5 MiB: 1.12-1.21x) and 0.65-0.98x from 24 MiB.
+struct StreamFrom {
+  size_t shared, host;
+};
+inline constexpr StreamFrom kStreamReduceAlltoall{kStreamingOutputBytes, size_t(10) << 20};
+inline constexpr StreamFrom kStreamAllgather{size_t(4) << 20, size_t(24) << 20};
+inline constexpr StreamFrom kStreamBroadcast{kStreamingOutputBytes, size_t(24) << 20};
+
 // How an op writes an output of `output_bytes` in all that its caller does not read back at once,
 // where `writers` ranks of this host write such an output at the same time: copy_streaming where
-// one output is kStreamingOutputBytes or more (reduce/copy.h), or where three or more writers'
-// outputs together are `host_from` or more, since they share the host's last-level cache;
-// copy_bytes below. Each op passes its own `host_from` (bytes in all), measured on an AMD EPYC
-// with a 32 MiB L3 (2 cores; BENCHMARKS.md, "Outputs streamed by what the host's ranks write
-// together"):
-// - allreduce and alltoall, whose input is as large as the output (the allgather's is 1/p of
-//   it): from 10 MiB. At 3-8 ranks they took 0.57-0.95x the time streamed with 10-56 MiB in all
-//   (4 ranks with 10-14 MiB: 0.86-1.07x, level; one run of the 4-rank allreduce of 4 MiB 1.06,
-//   its rerun 0.74), and 0.91-1.16x with 8 MiB in all (8 ranks of 1 MiB, 4 of 2 MiB).
-// - allgather: from 16 MiB. It took 0.62-0.97x streamed with 16-56 MiB in all (the 8-rank one of
-//   2 MiB: level), 1.19x with 12 MiB and 1.46-1.49x with 8 MiB.
-// - broadcast, whose ranks all read one root's chunks (its root counts as a writer: its buffer is
-//   the output too): from 24 MiB. It took 1.12-1.54x streamed with 12-20 MiB in all (the 8-rank
-//   one of 2 MiB: 0.65x in one run, 1.31x in the next) and 0.65-0.98x from 24 MiB.
-// Two ranks keep the threshold of one: at 5-7 MiB each, streamed allreduce and alltoall took
-// 0.85-1.32x the time.
-inline constexpr size_t kStreamingReduceAlltoallBytes = size_t(10) << 20;
-inline constexpr size_t kStreamingAllgatherBytes = size_t(16) << 20;
-inline constexpr size_t kStreamingBroadcastBytes = size_t(24) << 20;
+// one output is kStreamingOutputBytes or more (reduce/copy.h), or, with three writers or more,
+// where the op's StreamFrom says; copy_bytes below. Two writers keep the threshold of one: at 5-7
+// MiB each, streamed allreduce and alltoall took 0.85-1.32x the time.
 using CopyFn = void (*)(void* dst, const void* src, size_t n);
-inline CopyFn output_copy(size_t output_bytes, size_t writers, size_t host_from) {
-  const bool streams = output_bytes >= kStreamingOutputBytes || (writers > 2 && output_bytes * writers >= host_from);
+inline CopyFn output_copy(size_t output_bytes, size_t writers, StreamFrom from) {
+  const bool shared = writers > 2 && (output_bytes >= from.shared || output_bytes * writers >= from.host);
+  const bool streams = output_bytes >= kStreamingOutputBytes || shared;
   return streams ? copy_streaming : copy_bytes;
 }
 inline bool overlaps(const void* a, size_t an, const void* b, size_t bn) {

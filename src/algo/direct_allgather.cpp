@@ -72,7 +72,7 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
   const size_t most = (root < 0 ? chunk_in_l2(c) : chunk_target(g, p)) / c.esize * c.esize;
   const size_t cb = even_pieces(b.max_len(), most, c.esize);
   const size_t nchunks = std::max<size_t>(1, (b.max_len() + cb - 1) / cb);
-  const CopyFn copy_out = output_copy(b.total(), root < 0 ? static_cast<size_t>(p) : 1, kStreamingAllgatherBytes);
+  const CopyFn copy_out = output_copy(b.total(), root < 0 ? static_cast<size_t>(p) : 1, kStreamAllgather);
   auto piece = [&](int j, size_t m) { return std::min(cb, b.len[j] - std::min(b.len[j], m * cb)); };
   if (writes_out) copy_bytes(u8(out) + b.off[r], in, b.len[r]);
   for (size_t ph = 0; ph <= nchunks; ++ph) {

@@ -151,7 +151,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   };
   const uint8_t* src = u8(in);
   uint8_t* dst = u8(out);
-  const CopyFn copy_out = output_copy(n, root < 0 ? static_cast<size_t>(p) : 1, kStreamingReduceAlltoallBytes);
+  const CopyFn copy_out = output_copy(n, root < 0 ? static_cast<size_t>(p) : 1, kStreamReduceAlltoall);
 
   for (size_t ph = 0; ph <= nchunks + 1; ++ph) {
     if (ph < nchunks) {  // copy-in chunk ph, all but this rank's own slice

@@ -97,7 +97,7 @@ void direct::alltoall_pipeline(Ctx& c, const uint8_t* src, const Blocks& sb, voi
   const size_t piece_bytes = alltoall_piece(g, p, largest);
   const size_t nchunks = std::max<size_t>(1, (largest + piece_bytes - 1) / piece_bytes);
   auto piece = [&](size_t len, size_t m) { return std::min(piece_bytes, len - std::min(len, m * piece_bytes)); };
-  const CopyFn copy_out = output_copy(std::max(sb.total(), rb.total()), static_cast<size_t>(p), kStreamingReduceAlltoallBytes);
+  const CopyFn copy_out = output_copy(std::max(sb.total(), rb.total()), static_cast<size_t>(p), kStreamReduceAlltoall);
   copy_out(u8(out) + rb.off[r], src + sb.off[r], sb.len[r]);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (ph < nchunks) {

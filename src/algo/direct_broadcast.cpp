@@ -53,7 +53,7 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
   const size_t cb = even_pieces(n, chunk_target(g, p) / c.esize * c.esize, c.esize, kMinChunks);
   const size_t nchunks = std::max<size_t>(1, (n + cb - 1) / cb);
   auto clen = [&](size_t m) { return std::min(cb, n - std::min(n, m * cb)); };
-  const CopyFn copy_out = output_copy(n, static_cast<size_t>(p), kStreamingBroadcastBytes);
+  const CopyFn copy_out = output_copy(n, static_cast<size_t>(p), kStreamBroadcast);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (r == root && ph < nchunks) copy_in(c, slot(g, root, slot_of(c, ph)), u8(buf) + ph * cb, clen(ph));
     if (r != root && ph >= 1) {
