@@ -45,19 +45,22 @@ inline const uint8_t* u8(const void* p) { return static_cast<const uint8_t*>(p);
 // - allreduce and alltoall, whose input is as large as the output (the allgather's is 1/p of
 //   it): from 10 MiB in all. At 3-8 ranks they took 0.57-0.95x the time streamed with 10-56 MiB
 //   in all (4 ranks with 10-14 MiB: 0.86-1.07x, level; one run of the 4-rank allreduce of 4 MiB
-//   1.06, its rerun 0.74), at 12-16 ranks with 10-32 MiB 0.69-1.02x, and 0.91-1.16x with 8 MiB
-//   in all (8 ranks of 1 MiB, 4 of 2 MiB).
-// - allgather: from 4 MiB an output or 24 MiB in all. Streamed, it took 0.62-1.06x the time from
-//   4 MiB at 3-5 ranks, 0.66-1.09x with 24 MiB in all and 0.77-0.93x with 28-32 MiB at 4-16
-//   ranks, but 0.89-1.52x below both (3-16 ranks; 8-16 ranks with 16-20 MiB in all: 0.95-1.52x).
+//   1.06, its rerun 0.74), at 12-16 ranks with 10-32 MiB 0.69-1.02x, and 0.83-1.18x with 8-9
+//   MiB in all (8 ranks of 1 MiB, 4 of 2 MiB, 12 of 768 KiB).
+// - allgather: from 3.5 MiB an output or 24 MiB in all. Streamed, it took 0.62-0.97x the time
+//   from 3.5 MiB at 3-5 ranks but for three cells at 1.03-1.07x (level: the 3-rank ones of
+//   3.5-3.9 MiB, one run of five of the 4-rank one of 4 MiB), 0.66-1.09x with 24 MiB in all and
+//   0.77-0.93x with 28-32 MiB at 4-16 ranks, but 0.93-1.52x below both at 3-16 ranks (the
+//   16-rank one of 1 MiB: 1.25-1.36x in four runs of five).
 // - broadcast, whose ranks all read one root's chunks (its root counts as a writer: its buffer
 //   is the output too): from 24 MiB in all. It took 1.12-1.54x streamed with 12-20 MiB in all
-//   (4 ranks of 4-5 MiB: 1.12-1.21x) and 0.65-0.98x from 24 MiB.
+//   (4 ranks of 4-5 MiB: 1.12-1.21x) and 0.65-0.98x from 24 MiB (16 ranks of 1.5 MiB: 1.13x,
+//   where the cells it did not change moved 0.86-1.28x).
 struct StreamFrom {
   size_t shared, host;
 };
 inline constexpr StreamFrom kStreamReduceAlltoall{kStreamingOutputBytes, size_t(10) << 20};
-inline constexpr StreamFrom kStreamAllgather{size_t(4) << 20, size_t(24) << 20};
+inline constexpr StreamFrom kStreamAllgather{size_t(7) << 19, size_t(24) << 20};
 inline constexpr StreamFrom kStreamBroadcast{kStreamingOutputBytes, size_t(24) << 20};
 
 // How an op writes an output of `output_bytes` in all that its caller does not read back at once,
