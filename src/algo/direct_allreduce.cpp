@@ -65,7 +65,18 @@ void reduce_streamed(Ctx& c, const void* in, void* out, size_t count, int root, 
   const int s0 = slot_of(c, 0);
   const size_t pe = stream_piece_elements(count, es, slot_bytes(g));
   const size_t npieces = (count + pe - 1) / pe, ring = slot_bytes(g) / (pe * es);
-  auto at = [&](size_t m) { return (m % ring) * pe * es; };  // a piece's place in a slot
+  // Where this op's pieces start in the ring. A store to a slot line that the root's core still
+  // holds from reading an earlier op first takes the line from that core, at 110-150 ns a KiB on
+  // our VMs: a 2-rank reduce of 128 KiB took 15-17 µs, that copy's time. So, with a core for each
+  // rank, successive ops on a slot (they alternate slots: slot_of) move through a share of one
+  // L2 (the root reads p-1 slots), which the root's core has let go by the time they come back,
+  // where that share holds two ops or more. Rotating through a whole slot instead made 256 KiB-4
+  // MiB 1.17-1.60x slower at 2 ranks: those lines come from memory. Ranks that share cores gained
+  // nothing consistent (BENCHMARKS.md, "A streamed reduce's pieces move through one L2").
+  const size_t l2 = c.ways().l2(), share = l2 / static_cast<size_t>(std::max(p - 1, 1));
+  const size_t turns = cuts_by_l2(l2) && !g.shares_cores() ? std::min(ring, share / (pe * es)) / npieces : 0;
+  const size_t first = turns > 1 ? static_cast<size_t>((op_number(c) >> 1) % turns) * npieces : 0;
+  auto at = [&](size_t m) { return ((first + m) % ring) * pe * es; };  // a piece's place in a slot
   auto len = [&](size_t m) { return std::min(pe, count - m * pe); };
   if (r != root) {
     uint8_t* mine = slot(g, r, s0);

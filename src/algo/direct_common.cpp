@@ -121,6 +121,8 @@ void wait_progress(Ctx& c, int j, uint64_t v) {
 
 int slot_of(Ctx& c, size_t m) { return static_cast<int>((header(*c.shm(), c.rank)[0] + m) & 1); }
 
+uint64_t op_number(Ctx& c) { return header(*c.shm(), c.rank)[0]; }
+
 void end(Ctx& c, size_t nchunks) {
   if (nchunks % 2 == 0) c.shm()->barrier();
 }

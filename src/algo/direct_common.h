@@ -125,6 +125,9 @@ void check(Ctx& c);
 // rank's slot of op n while this rank starts op n+1 in the other slot, and op n+1's first
 // barrier waits for every rank to have left op n before anyone writes that slot again.
 int slot_of(Ctx& c, size_t m);
+// The current op's number among this rank's chunked direct ops (the header's word 0): the same on
+// every rank of the group, since they make the same ops.
+uint64_t op_number(Ctx& c);
 // Ends a chunked direct op whose last phase read chunk nchunks-1 from the peers' slots. A closing
 // barrier is needed only when that slot is the one the next op writes before its first barrier,
 // i.e. when nchunks is even (slot_of); otherwise the next op's first barrier covers it.
