@@ -346,31 +346,40 @@ TEST_P(DirectReuse, StreamedReducesWrapTheirSlotOutOfStep) {
   });
 }
 
-// A streamed reduce's pieces start further into the slot from op to op where each rank has a core
-// (src/algo/direct_allreduce.cpp, reduce_streamed), through a share of one L2. Vectors of 2, 5 and
-// 8 pieces, back to back with rotating roots and new inputs each op, for more ops than a slot has
-// places: a rank that put its pieces at another place than its root reads shows as a wrong sum.
-TEST_P(DirectReuse, StreamedReducesStartAtOnePlaceOnEveryRank) {
-  RunConfig cfg = transport_config("shm");
-  cfg.env.push_back({"SHOAL_DIRECT_REDUCE", "one_shot"});
-  run_ranks(GetParam(), cfg, [](Communicator& c) {
-    const int p = c.size(), me = c.rank();
-    const size_t counts[] = {8193, 16384, 40001, 65536};  // pieces of 32 KiB: 2, 2, 5 and 8
-    std::vector<float> in(65536), out(65536);
-    for (int iter = 0; iter < 96; ++iter) {
-      const size_t count = counts[(iter / 2) % 4];  // ops alternate slots: each slot sees every count
-      const int root = iter % p;
-      auto val = [&](int r, size_t i) { return static_cast<float>((r + 1) * (iter % 13 + 1) + static_cast<int>(i % 11)); };
-      for (size_t i = 0; i < count; ++i) in[i] = val(me, i);
-      c.reduce(in.data(), out.data(), count, DType::f32, ReduceOp::sum, root, {Algo::direct})->wait();
-      for (size_t i = 0; me == root && i < count; ++i) {
-        float want = 0;
-        for (int r = 0; r < p; ++r) want += val(r, i);
-        SH_CHECK(out[i] == want) << "iter " << iter << " (reduce of " << count << ", root " << root << ") element " << i
-                                 << ": got " << out[i] << ", expected " << want;
+// Where each rank has a core, the direct reduce and allreduce start their data further into the
+// slot from op to op, through a share of one L2 (src/algo/direct_common.h, place_in_slot). The
+// ranks read different L2 sizes here, so the place rests on the host's smallest. Vectors of one
+// to eight pieces or chunks' worth, back to back with rotating roots and new inputs each op, for
+// more ops than a slot has places, with one shot (a reduce's streamed) and two shot: a rank that
+// put its data at another place than its readers read shows as a wrong sum. Places move only
+// where the host has a CPU for each rank: on two CPUs, at 2 ranks.
+TEST_P(DirectReuse, OpsStartAtOnePlaceInTheSlotOnEveryRank) {
+  for (const char* way : {"one_shot", "two_shot"}) {
+    RunConfig cfg = transport_config("shm");
+    cfg.env.push_back({"SHOAL_DIRECT_REDUCE", way});
+    cfg.before_construct = [](int rank) { set_l2_bytes_for_testing(rank == 0 ? 1 << 20 : rank == 1 ? 2 << 20 : 512 << 10); };
+    run_ranks(GetParam(), cfg, [way](Communicator& c) {
+      const int p = c.size(), me = c.rank();
+      const size_t counts[] = {8193, 16384, 40001, 65536};  // pieces of 32 KiB: 2, 2, 5 and 8
+      std::vector<float> in(65536), out(65536);
+      for (int iter = 0; iter < 96; ++iter) {
+        const size_t count = counts[(iter / 2) % 4];  // ops alternate slots: each slot sees every count
+        const int root = iter % 3 == 2 ? -1 : iter % p;  // -1: an allreduce
+        auto val = [&](int r, size_t i) { return static_cast<float>((r + 1) * (iter % 13 + 1) + static_cast<int>(i % 11)); };
+        for (size_t i = 0; i < count; ++i) in[i] = val(me, i);
+        if (root < 0)
+          c.allreduce(in.data(), out.data(), count, DType::f32, ReduceOp::sum, {Algo::direct})->wait();
+        else
+          c.reduce(in.data(), out.data(), count, DType::f32, ReduceOp::sum, root, {Algo::direct})->wait();
+        for (size_t i = 0; (root < 0 || me == root) && i < count; ++i) {
+          float want = 0;
+          for (int r = 0; r < p; ++r) want += val(r, i);
+          SH_CHECK(out[i] == want) << way << ", iter " << iter << " (" << (root < 0 ? "allreduce" : "reduce") << " of " << count
+                                   << ", root " << root << ") element " << i << ": got " << out[i] << ", expected " << want;
+        }
       }
-    }
-  });
+    });
+  }
 }
 
 // A streamed reduce's root reads the others' small-slot heads (to see that they are in the same

@@ -65,17 +65,10 @@ void reduce_streamed(Ctx& c, const void* in, void* out, size_t count, int root, 
   const int s0 = slot_of(c, 0);
   const size_t pe = stream_piece_elements(count, es, slot_bytes(g));
   const size_t npieces = (count + pe - 1) / pe, ring = slot_bytes(g) / (pe * es);
-  // Where this op's pieces start in the ring. A store to a slot line that the root's core still
-  // holds from reading an earlier op first takes the line from that core, at 110-150 ns a KiB on
-  // our VMs: a 2-rank reduce of 128 KiB took 15-17 µs, that copy's time. So, with a core for each
-  // rank, successive ops on a slot (they alternate slots: slot_of) move through a share of one
-  // L2 (the root reads p-1 slots), which the root's core has let go by the time they come back,
-  // where that share holds two ops or more. Rotating through a whole slot instead made 256 KiB-4
-  // MiB 1.17-1.60x slower at 2 ranks: those lines come from memory. Ranks that share cores gained
-  // nothing consistent (BENCHMARKS.md, "A streamed reduce's pieces move through one L2").
-  const size_t l2 = c.ways().l2(), share = l2 / static_cast<size_t>(std::max(p - 1, 1));
-  const size_t turns = cuts_by_l2(l2) && !g.shares_cores() ? std::min(ring, share / (pe * es)) / npieces : 0;
-  const size_t first = turns > 1 ? static_cast<size_t>((op_number(c) >> 1) % turns) * npieces : 0;
+  // Where this op's pieces start in the ring (place_in_slot): where every op starts at the slot's
+  // start, the 2-rank reduce of 128 KiB takes 15-18 µs, the time of its copies into lines the
+  // root's core still holds.
+  const size_t first = place_in_slot(c, npieces * pe * es) / (pe * es);
   auto at = [&](size_t m) { return ((first + m) % ring) * pe * es; };  // a piece's place in a slot
   auto len = [&](size_t m) { return std::min(pe, count - m * pe); };
   if (r != root) {
@@ -131,11 +124,12 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   RankPtrs srcs(p);
 
   if (one_shot) {
-    copy_in(c, slot(g, r, slot_of(c, 0)), in, n);
+    const size_t at = place_in_slot(c, (n + 63) / 64 * 64);
+    copy_in(c, slot(g, r, slot_of(c, 0)) + at, in, n);
     g.barrier();
     check(c);
     if (writes_out && count) {
-      for (int j = 0; j < p; ++j) srcs[j] = slot(g, j, slot_of(c, 0));
+      for (int j = 0; j < p; ++j) srcs[j] = slot(g, j, slot_of(c, 0)) + at;
       reduce_many(out, srcs.data(), p, count, c.dt, c.op);
     }
     return;  // no closing barrier: the next direct op writes the other slot first (direct_common.h)
@@ -163,12 +157,15 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   const uint8_t* src = u8(in);
   uint8_t* dst = u8(out);
   const CopyFn copy_out = output_copy(n, root < 0 ? static_cast<size_t>(p) : 1, kStreamReduceAlltoall);
+  // A chunk's input and result slice (ce + se elements) start at the op's place in each slot.
+  const size_t at = place_in_slot(c, ((ce + se) * es + 63) / 64 * 64);
+  auto area = [&](int j, size_t m) { return slot(g, j, slot_of(c, m)) + at; };
 
   for (size_t ph = 0; ph <= nchunks + 1; ++ph) {
     if (ph < nchunks) {  // copy-in chunk ph, all but this rank's own slice
       const size_t m = ph, l = clen(m);
       const size_t a = std::min(l, static_cast<size_t>(r) * se), e = std::min(l, (static_cast<size_t>(r) + 1) * se);
-      uint8_t* sl = slot(g, r, slot_of(c, m));
+      uint8_t* sl = area(r, m);
       const uint8_t* base = src + m * ce * es;
       copy_in(c, sl, base, a * es);
       copy_in(c, sl + e * es, base + e * es, (l - e) * es);
@@ -177,8 +174,8 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
       const size_t m = ph - 1, len = slice_len(m, r), off = static_cast<size_t>(r) * se;
       if (len) {
         for (int j = 0; j < p; ++j)
-          srcs[j] = j == r ? src + (m * ce + off) * es : slot(g, j, slot_of(c, m)) + off * es;
-        uint8_t* result = slot(g, r, slot_of(c, m)) + ce * es;
+          srcs[j] = j == r ? src + (m * ce + off) * es : area(j, m) + off * es;
+        uint8_t* result = area(r, m) + ce * es;
         // Where this rank's copies in take non-temporal stores (stores.h), its result for the
         // others does too: reduced into private memory, then streamed to the slot.
         if (streams(c)) {
@@ -195,8 +192,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
       for (int j = 0; j < p; ++j) {
         const size_t len = slice_len(m, j);
         if (len)
-          copy_out(dst + (m * ce + static_cast<size_t>(j) * se) * es, slot(g, j, slot_of(c, m)) + ce * es,
-                      len * es);
+          copy_out(dst + (m * ce + static_cast<size_t>(j) * se) * es, area(j, m) + ce * es, len * es);
       }
     }
     if (ph == nchunks + 1) break;
