@@ -35,10 +35,11 @@ void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count) {
   const size_t nchunks = std::max<size_t>(1, (count + pe - 1) / pe);
   auto clen = [&](size_t m) { return std::min(pe, count - std::min(count, m * pe)); };
   RankPtrs srcs(p);
+  const size_t at = place_in_slot(c, (static_cast<size_t>(p) * pe * es + 63) / 64 * 64);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (ph < nchunks) {
       const size_t m = ph, len = clen(m);
-      uint8_t* sl = slot(g, r, slot_of(c, m));
+      uint8_t* sl = slot(g, r, slot_of(c, m)) + at;
       for (int j = 0; j < p; ++j)
         if (j != r)
           copy_in(c, sl + static_cast<size_t>(j) * pe * es, u8(in) + (static_cast<size_t>(j) * count + m * pe) * es,
@@ -50,7 +51,7 @@ void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count) {
         int k = 0;
         srcs[k++] = u8(in) + (static_cast<size_t>(r) * count + m * pe) * es;
         for (int j = 0; j < p; ++j)
-          if (j != r) srcs[k++] = slot(g, j, slot_of(c, m)) + static_cast<size_t>(r) * pe * es;
+          if (j != r) srcs[k++] = slot(g, j, slot_of(c, m)) + at + static_cast<size_t>(r) * pe * es;
         reduce_many(u8(out) + m * pe * es, srcs.data(), p, len, c.dt, c.op);
       }
     }
