@@ -33,7 +33,7 @@
 // and message sizes and writes the medians to the file SHOAL_TUNING names. The built-in points
 // come from the same script on our 2-core machines, one file per CPU maker, as the crossings
 // differ by CPU: on the Intel Xeon single copy wins from 16-32 KiB at 2 ranks, where on the AMD
-// EPYC the scratch wins at most sizes past 512 KiB (docs/algorithms.md, "Measured cost curves").
+// EPYC the scratch wins at most sizes up to 8 MiB (docs/algorithms.md, "Measured cost curves").
 //
 // A machine may switch between states for minutes at a time (on our VMs, a cache-line round trip
 // between the cores of ~120 or ~500 ns: BENCHMARKS.md, "Near and far cores"), and the faster way

@@ -128,8 +128,9 @@ int slot_of(Ctx& c, size_t m);
 // The current op's number among this rank's chunked direct ops (the header's word 0): the same on
 // every rank of the group, since they make the same ops.
 uint64_t op_number(Ctx& c);
-// Where the current op starts its data of `foot` bytes in a slot, in bytes: every direct op that
-// goes through the scratch puts its chunks there. With a core for each rank, successive ops on a
+// Where the current op starts its data of `foot` bytes in a slot, in bytes: the chunked direct
+// ops put their chunks there (alltoallv's blocks in the slot, written and read in one phase, stay
+// at the start). With a core for each rank, successive ops on a
 // slot (they alternate slots: slot_of) move through a share of one L2, L2/(p-1), where that share
 // holds two such ops or more; 0 elsewhere. A store to a slot line that a reader's core still
 // holds from an earlier op first takes the line from that core, at 100-150 ns a KiB on our VMs,

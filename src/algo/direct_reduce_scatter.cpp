@@ -30,8 +30,14 @@ void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count) {
   Sig s(OpKind::reduce_scatter, c);
   if (small_fits(count * es * static_cast<size_t>(p))) return reduce_scatter_small(c, in, out, count, s.value());
   begin(c, s.value());
-  // pe: elements of each block per chunk, whole cache lines where possible.
-  const size_t pe = std::max<size_t>(reduce_scatter_piece(slot_bytes(g), p, c.ways().l2()) / es, 1);
+  // pe: elements of each block per chunk, whole cache lines where possible. Where each rank has a
+  // core, no more than a block's: the op's place in the slot (place_in_slot) moves by what it
+  // uses of it. Ranks that share cores, whose place stays, keep the L2's pieces: with a block's,
+  // their reduce_scatter of 256 KiB took 1.20-1.37x the time at 4 and 8 ranks (BENCHMARKS.md,
+  // "Direct ops: each op's place in the slot").
+  const size_t line = std::max<size_t>(64 / es, 1);
+  const size_t l2_piece = std::max<size_t>(reduce_scatter_piece(slot_bytes(g), p, c.ways().l2()) / es, 1);
+  const size_t pe = g.shares_cores() ? l2_piece : std::min(l2_piece, (count + line - 1) / line * line);
   const size_t nchunks = std::max<size_t>(1, (count + pe - 1) / pe);
   auto clen = [&](size_t m) { return std::min(pe, count - std::min(count, m * pe)); };
   RankPtrs srcs(p);
