@@ -384,8 +384,9 @@ TEST_P(DirectReuse, OpsStartAtOnePlaceInTheSlotOnEveryRank) {
 
 // The other chunked direct ops take their place in the slot the same way: broadcast, allgather(v),
 // scatter, gather, alltoall and reduce_scatter through the scratch (single copy off), blocks of
-// 16-64 KiB, new values and rotating roots each op, for more ops than a slot has places, against
-// values computed here: a reader that looked at another place than its writer used shows.
+// 16-64 KiB, new values each op and a new root every seven, for more ops than a slot has places,
+// against values computed here: a reader that looked at another place than its writer used shows.
+// Places move only where the host has a CPU for each rank: on two CPUs, at 2 ranks.
 TEST_P(DirectReuse, ScratchOpsStartAtOnePlaceInTheSlotOnEveryRank) {
   RunConfig cfg = transport_config("shm");
   cfg.env.push_back({"SHOAL_CMA", "0"});
