@@ -74,7 +74,7 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
   const size_t nchunks = std::max<size_t>(1, (b.max_len() + cb - 1) / cb);
   const CopyFn copy_out = output_copy(b.total(), root < 0 ? static_cast<size_t>(p) : 1, kStreamAllgather);
   auto piece = [&](int j, size_t m) { return std::min(cb, b.len[j] - std::min(b.len[j], m * cb)); };
-  const size_t at = place_in_slot(c, (cb + 63) / 64 * 64);
+  const size_t at = place_in_slot(c, cb);
   if (writes_out) copy_bytes(u8(out) + b.off[r], in, b.len[r]);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (ph < nchunks && r != root) copy_in(c, slot(g, r, slot_of(c, ph)) + at, u8(in) + ph * cb, piece(r, ph));

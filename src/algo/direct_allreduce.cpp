@@ -124,7 +124,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   RankPtrs srcs(p);
 
   if (one_shot) {
-    const size_t at = place_in_slot(c, (n + 63) / 64 * 64);
+    const size_t at = place_in_slot(c, n);
     copy_in(c, slot(g, r, slot_of(c, 0)) + at, in, n);
     g.barrier();
     check(c);
@@ -158,7 +158,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   uint8_t* dst = u8(out);
   const CopyFn copy_out = output_copy(n, root < 0 ? static_cast<size_t>(p) : 1, kStreamReduceAlltoall);
   // A chunk's input and result slice (ce + se elements) start at the op's place in each slot.
-  const size_t at = place_in_slot(c, ((ce + se) * es + 63) / 64 * 64);
+  const size_t at = place_in_slot(c, (ce + se) * es);
   auto area = [&](int j, size_t m) { return slot(g, j, slot_of(c, m)) + at; };
 
   for (size_t ph = 0; ph <= nchunks + 1; ++ph) {

@@ -99,7 +99,7 @@ void direct::alltoall_pipeline(Ctx& c, const uint8_t* src, const Blocks& sb, voi
   auto piece = [&](size_t len, size_t m) { return std::min(piece_bytes, len - std::min(len, m * piece_bytes)); };
   const CopyFn copy_out = output_copy(std::max(sb.total(), rb.total()), static_cast<size_t>(p), kStreamReduceAlltoall);
   copy_out(u8(out) + rb.off[r], src + sb.off[r], sb.len[r]);
-  const size_t at = place_in_slot(c, (static_cast<size_t>(p) * piece_bytes + 63) / 64 * 64);
+  const size_t at = place_in_slot(c, static_cast<size_t>(p) * piece_bytes);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (ph < nchunks) {
       uint8_t* mine = slot(g, r, slot_of(c, ph)) + at;

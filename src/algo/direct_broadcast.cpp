@@ -54,7 +54,7 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
   const size_t nchunks = std::max<size_t>(1, (n + cb - 1) / cb);
   auto clen = [&](size_t m) { return std::min(cb, n - std::min(n, m * cb)); };
   const CopyFn copy_out = output_copy(n, static_cast<size_t>(p), kStreamBroadcast);
-  const size_t at = place_in_slot(c, (cb + 63) / 64 * 64);
+  const size_t at = place_in_slot(c, cb);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (r == root && ph < nchunks) copy_in(c, slot(g, root, slot_of(c, ph)) + at, u8(buf) + ph * cb, clen(ph));
     if (r != root && ph >= 1) {
@@ -95,7 +95,7 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
   const size_t pb = even_pieces(bs, most, es);
   const size_t nchunks = std::max<size_t>(1, (bs + pb - 1) / pb);
   auto clen = [&](size_t m) { return std::min(pb, bs - std::min(bs, m * pb)); };
-  const size_t at = place_in_slot(c, (static_cast<size_t>(p) * pb + 63) / 64 * 64);
+  const size_t at = place_in_slot(c, static_cast<size_t>(p) * pb);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (r == root && ph < nchunks) {
       uint8_t* sl = slot(g, root, slot_of(c, ph)) + at;

@@ -123,10 +123,11 @@ int slot_of(Ctx& c, size_t m) { return static_cast<int>((header(*c.shm(), c.rank
 
 uint64_t op_number(Ctx& c) { return header(*c.shm(), c.rank)[0]; }
 
-size_t place_in_slot(Ctx& c, size_t foot) {
+size_t place_in_slot(Ctx& c, size_t bytes) {
   ShmGroup& g = *c.shm();
   const size_t l2 = c.ways().l2();
-  if (foot == 0 || !cuts_by_l2(l2) || g.shares_cores()) return 0;
+  if (bytes == 0 || !cuts_by_l2(l2) || g.shares_cores()) return 0;
+  const size_t foot = (bytes + 63) / 64 * 64;  // places of whole cache lines
   const size_t turns = std::min(slot_bytes(g), l2 / static_cast<size_t>(std::max(c.size - 1, 1))) / foot;
   return turns > 1 ? static_cast<size_t>((op_number(c) >> 1) % turns) * foot : 0;
 }

@@ -128,17 +128,17 @@ int slot_of(Ctx& c, size_t m);
 // The current op's number among this rank's chunked direct ops (the header's word 0): the same on
 // every rank of the group, since they make the same ops.
 uint64_t op_number(Ctx& c);
-// Where the current op starts its data of `foot` bytes in a slot, in bytes: the chunked direct
-// ops put their chunks there (alltoallv's blocks in the slot, written and read in one phase, stay
-// at the start). With a core for each rank, successive ops on a
-// slot (they alternate slots: slot_of) move through a share of one L2, L2/(p-1), where that share
+// Where the current op starts its data of `bytes` in a slot, in bytes, a whole number of cache
+// lines: the chunked direct ops put their chunks there (alltoallv's blocks in the slot, written
+// and read in one phase, stay at the start). With a core for each rank, successive ops on a slot
+// (they alternate slots: slot_of) move through a share of one L2, L2/(p-1), where that share
 // holds two such ops or more; 0 elsewhere. A store to a slot line that a reader's core still
 // holds from an earlier op first takes the line from that core, at 100-150 ns a KiB on our VMs,
 // while the lines of a share the readers have let go come from the L3; a place further than one
 // L2 comes from memory. Ranks that share cores gained nothing consistent (BENCHMARKS.md, "Direct
 // ops: each op's place in the slot"). Every rank of the group gets the same place: the op's
 // number, the host's smallest L2 and whether ranks share cores are the same on each.
-size_t place_in_slot(Ctx& c, size_t foot);
+size_t place_in_slot(Ctx& c, size_t bytes);
 // Ends a chunked direct op whose last phase read chunk nchunks-1 from the peers' slots. A closing
 // barrier is needed only when that slot is the one the next op writes before its first barrier,
 // i.e. when nchunks is even (slot_of); otherwise the next op's first barrier covers it.

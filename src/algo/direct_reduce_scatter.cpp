@@ -41,7 +41,7 @@ void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count) {
   const size_t nchunks = std::max<size_t>(1, (count + pe - 1) / pe);
   auto clen = [&](size_t m) { return std::min(pe, count - std::min(count, m * pe)); };
   RankPtrs srcs(p);
-  const size_t at = place_in_slot(c, (static_cast<size_t>(p) * pe * es + 63) / 64 * 64);
+  const size_t at = place_in_slot(c, static_cast<size_t>(p) * pe * es);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (ph < nchunks) {
       const size_t m = ph, len = clen(m);
