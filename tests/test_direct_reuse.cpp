@@ -26,6 +26,10 @@ using namespace shoal_test;
 
 namespace {
 
+// RunConfig::before_construct: rank 0 reads an L2 of 1 MiB, rank 1 of 2 MiB and the others of 512
+// KiB, so that a rank cutting chunks or placing them by its own L2 would differ from its peers.
+void read_different_l2s(int rank) { set_l2_bytes_for_testing(rank == 0 ? 1 << 20 : rank == 1 ? 2 << 20 : 512 << 10); }
+
 // Sum over ranks of (rank + 1) * (iter + 1) + i % 7, exact in f32 for these sizes.
 float expected(int size, int iter, size_t i) {
   return static_cast<float>((size * (size + 1) / 2) * (iter + 1) + size * static_cast<int>(i % 7));
@@ -357,7 +361,7 @@ TEST_P(DirectReuse, OpsStartAtOnePlaceInTheSlotOnEveryRank) {
   for (const char* way : {"one_shot", "two_shot"}) {
     RunConfig cfg = transport_config("shm");
     cfg.env.push_back({"SHOAL_DIRECT_REDUCE", way});
-    cfg.before_construct = [](int rank) { set_l2_bytes_for_testing(rank == 0 ? 1 << 20 : rank == 1 ? 2 << 20 : 512 << 10); };
+    cfg.before_construct = read_different_l2s;
     run_ranks(GetParam(), cfg, [way](Communicator& c) {
       const int p = c.size(), me = c.rank();
       const size_t counts[] = {8193, 16384, 40001, 65536};  // pieces of 32 KiB: 2, 2, 5 and 8
@@ -393,7 +397,7 @@ TEST_P(DirectReuse, ScratchOpsStartAtOnePlaceInTheSlotOnEveryRank) {
   for (const char* way : {"SHOAL_DIRECT_BROADCAST", "SHOAL_DIRECT_ALLGATHER", "SHOAL_DIRECT_SCATTER", "SHOAL_DIRECT_GATHER",
                           "SHOAL_DIRECT_ALLTOALL"})
     cfg.env.push_back({way, "scratch"});
-  cfg.before_construct = [](int rank) { set_l2_bytes_for_testing(rank == 0 ? 1 << 20 : rank == 1 ? 2 << 20 : 512 << 10); };
+  cfg.before_construct = read_different_l2s;
   run_ranks(GetParam(), cfg, [](Communicator& c) {
     const int p = c.size(), me = c.rank();
     const size_t blocks[] = {4099, 8192, 16384};  // floats: 16-64 KiB a block
@@ -791,7 +795,7 @@ TEST(DirectReuse, RanksThatReadDifferentL2sCutTheSameChunks) {
     RunConfig cfg = timed_config("shm", std::chrono::seconds(20), std::chrono::seconds(120));
     cfg.env.push_back({"SHOAL_DIRECT_ALLGATHER", "scratch"});
     cfg.env.push_back({"SHOAL_DIRECT_REDUCE", "two_shot"});
-    cfg.before_construct = [](int rank) { set_l2_bytes_for_testing(rank == 0 ? 1 << 20 : rank == 1 ? 2 << 20 : 512 << 10); };
+    cfg.before_construct = read_different_l2s;
     EXPECT_TRUE(run_ranks(n, cfg, [](Communicator& c) {
       const int p = c.size(), me = c.rank();
       SH_CHECK(l2_bytes() == (me == 0 ? 1u << 20 : me == 1 ? 2u << 20 : 512u << 10));
