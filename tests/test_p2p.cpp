@@ -144,6 +144,49 @@ TEST(P2PSmallRing, ManySmallMessagesWrapTheRing) {
   });
 }
 
+// The copies into a ring with each stores of SHOAL_DIRECT_STORES (src/transport/stores.h): every
+// length around the non-temporal kernel's edges and the timed copies', from odd places in the
+// sender's buffer into odd places in the receiver's, with a 64 KiB ring that messages wrap again
+// and again (a copy split at the ring's end, slices of 128 KiB). Both ways at once: each rank's
+// sends while its receives drain. Every byte arrives, and nothing past a message is written.
+class P2PRingStores : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(P2PRingStores, EveryByteArrivesWhicheverStores) {
+  RunConfig cfg = transport_config("shm");
+  cfg.env.push_back({"SHOAL_SHM_RING", "64K"});
+  cfg.env.push_back({"SHOAL_DIRECT_STORES", GetParam()});
+  run_ranks(2, cfg, [](Communicator& c) {
+    const size_t lens[] = {0, 1, 63, 4095, 4096, 4097, 16383, 16384, 16385, 40003, 65536, 131073, 200001};
+    constexpr size_t kGuard = 64;
+    const int me = c.rank(), peer = 1 - me;
+    auto byte = [](int from, int round, size_t k, size_t i) {
+      return static_cast<uint8_t>(from * 131 + round * 31 + k * 7 + i * 13 + (i >> 8));
+    };
+    for (int round = 0; round < 3; ++round) {
+      const size_t off = 1 + round * 16;  // the sender's and receiver's buffers start off a line
+      std::vector<std::vector<uint8_t>> out(std::size(lens)), in(std::size(lens));
+      std::vector<WorkPtr> works;
+      for (size_t k = 0; k < std::size(lens); ++k) {
+        out[k].resize(off + lens[k]);
+        for (size_t i = 0; i < lens[k]; ++i) out[k][off + i] = byte(me, round, k, i);
+        in[k].assign(off + lens[k] + kGuard, 0xEE);
+        works.push_back(c.send(out[k].data() + off, lens[k], DType::u8, peer, k));
+        works.push_back(c.recv(in[k].data() + off, lens[k], DType::u8, peer, k));
+      }
+      for (auto& w : works) w->wait();
+      for (size_t k = 0; k < std::size(lens); ++k)
+        for (size_t i = 0; i < in[k].size(); ++i) {
+          const bool inside = i >= off && i < off + lens[k];
+          const uint8_t want = inside ? byte(peer, round, k, i - off) : uint8_t(0xEE);
+          SH_CHECK(in[k][i] == want) << "round " << round << " message " << k << " (" << lens[k] << " bytes): byte "
+                                     << i << " is " << int(in[k][i]) << ", not " << int(want);
+        }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, P2PRingStores, ::testing::Values("cached", "streaming", "auto"));
+
 // Messages with a tag, count or dtype the receiver did not post fail (on the receiver at least),
 // never deliver data.
 struct MismatchCase {

@@ -1,4 +1,4 @@
-// How a rank's copies into its scratch store (src/algo/stores.h): the choice driven with chosen
+// How a rank's copies into shared memory store (src/transport/stores.h): the choice driven with chosen
 // times, in one process, and the copy, whose bytes must be right whichever stores it takes.
 #include <dirent.h>
 #include <sched.h>
@@ -14,13 +14,14 @@
 #include <gtest/gtest.h>
 
 #include "algo/cost.h"
-#include "algo/core_probe.h"
-#include "algo/stores.h"
+#include "transport/core_probe.h"
+#include "transport/stores.h"
 #include "harness.h"
 
 namespace {
 
-using namespace shoal::algo;
+using namespace shoal;
+using shoal::algo::Ways;
 using shoal_test::ScopedEnv;
 using Mode = StoresChoice::Mode;
 
@@ -165,7 +166,7 @@ TEST(StoresChoice, CopiesInEveryByteWhicheverStores) {
       ASSERT_EQ(s.learning(), pass == 2);  // pass 2 times its copies of kTimedBytes and more
       for (size_t n : lens) {
         std::fill(dst.begin(), dst.end(), uint8_t(0xEE));
-        copy_in(s, dst.data(), dst.size(), dst.data() + off, src.data() + 3, n);
+        copy_for_readers(s, false, dst.data(), dst.size(), dst.data() + off, src.data() + 3, n);
         for (size_t i = 0; i < dst.size(); ++i) {
           const uint8_t want = i >= off && i < off + n ? src[i - off + 3] : uint8_t(0xEE);
           ASSERT_EQ(dst[i], want) << "pass " << pass << " off " << off << " n " << n << " byte " << i;

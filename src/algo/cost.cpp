@@ -250,10 +250,7 @@ Ways Ways::current() {
     const auto forced = params::choice(kForcings[i].setting);
     if (forced && *forced != "auto") w.forced_[i] = *forced == kForcings[i].way0 ? 0 : 1;
   }
-  const std::string stores = params::choice("SHOAL_DIRECT_STORES").value_or("auto");
-  w.stores_ = StoresChoice(stores == "cached"      ? StoresChoice::Mode::cached
-                           : stores == "streaming" ? StoresChoice::Mode::streaming
-                                                   : StoresChoice::Mode::automatic);
+  w.stores_ = StoresChoice(stores_setting());
   return w;
 }
 

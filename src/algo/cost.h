@@ -50,7 +50,7 @@
 
 #include <cstdint>
 
-#include "algo/stores.h"
+#include "transport/stores.h"
 
 namespace shoal::algo {
 

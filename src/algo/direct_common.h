@@ -37,9 +37,8 @@
 #include <cstdint>
 
 #include "algo/common.h"
-#include "algo/core_probe.h"
 #include "algo/cost.h"
-#include "algo/stores.h"
+#include "transport/stores.h"
 #include "reduce/copy.h"
 #include "base/cpu_relax.h"
 #include "base/cpus.h"
@@ -151,27 +150,18 @@ size_t scratch_setting();
 size_t slot_bytes(size_t scratch);
 size_t slot_bytes(ShmGroup& g);
 inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderBytes + kSmallArea + s * slot_bytes(g); }
-// Whether `automatic` stores (stores.h) follow the cache-line round trip that core_probe.h
-// measures, rather than this rank's own copies: with more than two ranks a core, a writer's readers
-// sit on every core, and what its copies cost tells the state too little (judged by them, 8 ranks
-// on 2 cores ran 1.07-1.26x slower than ordinary stores in the near state; BENCHMARKS.md,
-// "Choosing the stores as the op runs").
-inline bool stores_by_probe(Ctx& c, ShmGroup& g) {
-  return c.ways().stores().mode() == StoresChoice::Mode::automatic && c.size > 2 * g.cores();
-}
+// Whether this rank's copies into its scratch follow the measured round trip (transport/stores.h,
+// by_probe) rather than its own copies' times.
+inline bool stores_by_probe(Ctx& c, ShmGroup& g) { return by_probe(c.ways().stores().mode(), c.size, g.cores()); }
 
 // Whether this rank's copies into its scratch take non-temporal stores now.
-inline bool streams(Ctx& c) {
-  ShmGroup& g = *c.shm();
-  return stores_by_probe(c, g) ? core_round_trip_ns() >= StoresChoice::kFarRoundTripNs : c.ways().stores().streaming();
-}
+inline bool streams(Ctx& c) { return shoal::streams(c.ways().stores(), stores_by_probe(c, *c.shm())); }
 
-// dst = src into this rank's scratch for the others to read, with the stores algo/stores.h
+// dst = src into this rank's scratch for the others to read, with the stores transport/stores.h
 // chooses.
 inline void copy_in(Ctx& c, void* dst, const void* src, size_t n) {
   ShmGroup& g = *c.shm();
-  if (stores_by_probe(c, g)) return (streams(c) ? copy_streaming : copy_bytes)(dst, src, n);
-  algo::copy_in(c.ways().stores(), g.scratch(c.rank), g.scratch_bytes(), dst, src, n);
+  copy_for_readers(c.ways().stores(), stores_by_probe(c, g), g.scratch(c.rank), g.scratch_bytes(), dst, src, n);
 }
 
 // ---- Streamed ops: pieces published as they land -------------------------------------------------

@@ -87,8 +87,9 @@ const std::vector<Param> kParams = {
      "measured costs, `SHOAL_TUNING`)",
      "`auto`"},
     {"SHOAL_DIRECT_STORES", Kind::choice, 0, 0, "auto,cached,streaming",
-     "how a rank writes data for others into its shared scratch area (every op on one host above 8 KiB that goes "
-     "through the scratch): `cached` (ordinary stores), `streaming` (non-temporal stores, to memory: "
+     "how a rank writes data for others into shared memory, its scratch area (every op on one host above 8 KiB that "
+     "goes through the scratch) and its rings (every send on one host of 4 KiB or more): `cached` (ordinary stores), "
+     "`streaming` (non-temporal stores, to memory: "
      "faster where ranks sit on different core complexes of an AMD EPYC, slower where cores share a cache) or "
      "`auto` (ordinary stores, timed, until they cost more than 300 ns per KiB: then non-temporal ones, until a "
      "second and 64 of those copies have passed; with more than two ranks a core, non-temporal ones while a "

@@ -10,6 +10,7 @@
 
 #include "transport/link.h"
 #include "transport/shm_segment.h"
+#include "transport/stores.h"
 #include "transport/tcp_link.h"
 
 namespace shoal {
@@ -42,9 +43,11 @@ class ShmPeers final : public PeerTransport {
  public:
   // `segs` (by rank) receives this rank's segment and those of the peers it keeps; `local` is the
   // ranks of this host, in rank order (a rank's slot in the rings is its index there); `nonce`, a
-  // random number, tells this group's segment from a stale one of the same name.
+  // random number, tells this group's segment from a stale one of the same name; `machine_ranks`
+  // ranks of this machine run on `machine_cpus` CPUs between them (how copies into the rings
+  // store: transport/stores.h, by_probe).
   ShmPeers(int rank, std::string host_id, std::string group_id, std::vector<int> local, size_t ring, size_t scratch,
-           bool single_copy, uint64_t nonce, std::vector<ShmSegment>& segs);
+           bool single_copy, uint64_t nonce, int machine_ranks, int machine_cpus, std::vector<ShmSegment>& segs);
   const char* name() const override { return "shm"; }
   std::string prepare(const std::vector<bool>& wanted) override;
   char can_connect(int r, const std::string& info) override;
@@ -61,6 +64,8 @@ class ShmPeers final : public PeerTransport {
   size_t ring_, scratch_;
   bool single_copy_;
   uint64_t nonce_;
+  StoresChoice::Mode stores_;
+  bool stores_by_probe_;
   std::vector<ShmSegment>& segs_;
   bool single_copy_all_ = false;
 };

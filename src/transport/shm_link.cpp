@@ -13,12 +13,6 @@ namespace {
 // we copy in.
 constexpr uint64_t kSlice = 128 * 1024;
 
-void copy_in(uint8_t* ring, uint64_t cap, uint64_t pos, const uint8_t* src, uint64_t n) {
-  uint64_t off = pos & (cap - 1);
-  uint64_t first = std::min(n, cap - off);
-  copy_bytes(ring + off, src, first);
-  if (n > first) copy_bytes(ring, src + first, n - first);
-}
 void copy_out(uint8_t* dst, const uint8_t* ring, uint64_t cap, uint64_t pos, uint64_t n) {
   uint64_t off = pos & (cap - 1);
   uint64_t first = std::min(n, cap - off);
@@ -27,7 +21,8 @@ void copy_out(uint8_t* dst, const uint8_t* ring, uint64_t cap, uint64_t pos, uin
 }
 }  // namespace
 
-ShmLink::ShmLink(int rank, int peer, int my_slot, int peer_slot, const ShmSegment& mine, const ShmSegment& theirs)
+ShmLink::ShmLink(int rank, int peer, int my_slot, int peer_slot, const ShmSegment& mine, const ShmSegment& theirs,
+                 StoresChoice::Mode stores, bool by_probe)
     : rank_(rank),
       peer_(peer),
       peer_ctl_(theirs.control()),
@@ -36,10 +31,23 @@ ShmLink::ShmLink(int rank, int peer, int my_slot, int peer_slot, const ShmSegmen
       in_(mine.ring(peer_slot)),
       in_data_(mine.ring_data(peer_slot)),
       self_ctl_(mine.control()),
-      cap_(mine.control()->ring_bytes) {
+      cap_(mine.control()->ring_bytes),
+      stores_(stores),
+      by_probe_(by_probe) {
   out_head_ = out_->head.load(std::memory_order_relaxed);
   out_tail_seen_ = out_->tail.load(std::memory_order_relaxed);
   in_tail_ = in_->tail.load(std::memory_order_relaxed);
+}
+
+void ShmLink::copy_in(uint64_t pos, const uint8_t* src, uint64_t n) {
+  const uint64_t off = pos & (cap_ - 1), first = std::min(n, cap_ - off);
+  auto copy = [&](uint8_t* dst, const uint8_t* from, uint64_t len) {
+    // Shorter copies take ordinary stores whatever the choice (copy_streaming's rule), untimed.
+    if (len < kStreamingMinBytes) return copy_bytes(dst, from, len);
+    copy_for_readers(stores_, by_probe_, out_data_, cap_, dst, from, len);
+  };
+  copy(out_data_ + off, src, first);
+  if (n > first) copy(out_data_, src + first, n - first);
 }
 
 void ShmLink::post(Request* r) {
@@ -93,7 +101,7 @@ bool ShmLink::progress_send() {
     if (r->state == 0) {
       if (space < sizeof(FrameHeader)) break;
       FrameHeader h{kFrameMagic, 0, r->sig, r->bytes};
-      copy_in(out_data_, cap_, out_head_, reinterpret_cast<const uint8_t*>(&h), sizeof h);
+      copy_in(out_head_, reinterpret_cast<const uint8_t*>(&h), sizeof h);
       out_head_ += sizeof h;
       space -= sizeof h;
       r->state = 1;
@@ -101,7 +109,7 @@ bool ShmLink::progress_send() {
     }
     while (r->done < r->bytes && space > 0) {
       uint64_t n = std::min<uint64_t>({space, r->bytes - r->done, kSlice});
-      copy_in(out_data_, cap_, out_head_, r->buf + r->done, n);
+      copy_in(out_head_, r->buf + r->done, n);
       out_head_ += n;
       space -= n;
       r->done += n;

@@ -1,20 +1,24 @@
 // A link to a peer on the same host: two single-producer single-consumer byte rings, ours in
 // the peer's segment (we write) and the peer's in ours (we read). Messages are framed as on
 // every transport (link.h). Large messages stream through the ring in slices, so the receiver
-// copies out while the sender copies in.
+// copies out while the sender copies in. The sender's copies into the ring store as
+// transport/stores.h chooses for this ring's reader.
 #pragma once
 #include <deque>
 
 #include "transport/link.h"
 #include "transport/shm_segment.h"
+#include "transport/stores.h"
 
 namespace shoal {
 
 class ShmLink : public Link {
  public:
   // `mine` is this rank's segment, `theirs` the peer's (mapped here); `my_slot` and `peer_slot`
-  // the two ranks' ring slots (their places among the ranks of the host).
-  ShmLink(int rank, int peer, int my_slot, int peer_slot, const ShmSegment& mine, const ShmSegment& theirs);
+  // the two ranks' ring slots (their places among the ranks of the host); `stores` and `by_probe`
+  // how copies into the ring store (stores.h: stores_setting(), by_probe()).
+  ShmLink(int rank, int peer, int my_slot, int peer_slot, const ShmSegment& mine, const ShmSegment& theirs,
+          StoresChoice::Mode stores, bool by_probe);
   void post(Request* r) override;
   bool progress() override;
   bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
@@ -31,6 +35,8 @@ class ShmLink : public Link {
   // ring fails only if the peer wrote nothing more before it left (see the .cpp).
   void check_peer(const Request* r) const;
   void check_peer_stalled(const Request* r, uint64_t avail) const;
+  // Copies n bytes from src into the peer's ring at position pos (wrapping around).
+  void copy_in(uint64_t pos, const uint8_t* src, uint64_t n);
 
   int rank_, peer_;
   ShmControl* peer_ctl_;
@@ -44,6 +50,8 @@ class ShmLink : public Link {
   uint64_t out_tail_seen_ = 0;  // out_->tail when last read (the room the peer had freed then)
   uint64_t in_tail_ = 0;   // our copy of in_->tail
   std::deque<Request*> sends_, recvs_;
+  StoresChoice stores_;  // for the copies into out_data_
+  bool by_probe_;
 };
 
 }  // namespace shoal

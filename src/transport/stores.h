@@ -1,6 +1,7 @@
-// How a rank writes the data it copies into its shared scratch slots for others to read (every
-// direct op above the small protocol, where it goes through the scratch): ordinary stores, or
-// non-temporal ones that go to memory.
+// How a rank writes the data it copies into shared memory for another rank to read: into its
+// scratch slots (every direct op above the small protocol, where it goes through the scratch) and
+// into its rings to its peers (shm_link.h: every send, and so the pairwise all-to-all and the
+// ring algorithms). Ordinary stores, or non-temporal ones that go to memory.
 //
 // An ordinary store to a line that a reader's core still holds from the last op first takes the
 // line from that core. Where the two cores share a cache that costs ~110-150 ns per KiB; where
@@ -8,19 +9,22 @@
 // between such placements for minutes at a time) ~450-800 ns, and the op runs 2-6x slower than
 // with non-temporal stores, which take no line from anyone. Where cores share a cache,
 // non-temporal stores make the readers fetch from memory instead, slower from 1 MiB
-// (BENCHMARKS.md, "Non-temporal copy-in", and "Choosing the stores as the op runs"). The direct
-// allreduce streams its reduced slices where its copies in stream (direct_allreduce.cpp).
+// (BENCHMARKS.md, "Non-temporal copy-in", and "Choosing the stores as the op runs"); a ring's
+// reader, which reads each slice just after it is written, from 32 KiB messages (1.5-1.9x the
+// time: "The rings' stores").
+// The direct allreduce streams its reduced slices where its copies in stream (direct_allreduce.cpp).
 //
 // So in `automatic` a rank times its ordinary copies in, kSampleBytes of them at a time (with
 // more ranks than cores a writer's readers sit on either core, and its single copies cost either;
-// with more than two ranks a core a measured round trip decides instead: direct_common.h):
+// with more than two ranks a core a measured round trip decides instead: by_probe below):
 // once kWindow samples in a row cost more than kFarNsPerKiB it takes non-temporal stores. A copy into pages of the scratch written for the
 // first time is not timed: it pays for mapping them (~1.5 µs a page on our VMs). What a
 // non-temporal copy costs says nothing of the cores, nor does an ordinary one into lines the
 // readers no longer hold (cheap in either state, the readers then fetching the data from the far
 // cache), so once kRetryNs have passed and kRetryCopies non-temporal copies were made, it tries
 // ordinary stores again.
-// Each writer chooses alone: its readers see the same bytes either way.
+// Each writer chooses alone, for its scratch and for each of its rings: the readers see the same
+// bytes either way.
 #pragma once
 #include <algorithm>
 #include <atomic>
@@ -28,7 +32,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace shoal::algo {
+namespace shoal {
 
 // The choice, apart from copying and clocks, so that tests can drive it with chosen times.
 class StoresChoice {
@@ -36,7 +40,7 @@ class StoresChoice {
   enum class Mode : uint8_t { automatic, cached, streaming };
   static constexpr size_t kTimedBytes = size_t(16) << 10;  // shorter ordinary copies are not timed
   static constexpr uint32_t kFarNsPerKiB = 300;
-  static constexpr uint32_t kFarRoundTripNs = 300;  // core_probe.h's, where it decides (direct_common.h)
+  static constexpr uint32_t kFarRoundTripNs = 300;  // core_probe.h's, where it decides (by_probe)
   static constexpr size_t kSampleBytes = size_t(256) << 10;  // timed copies are judged by this much at a time
   static constexpr int kWindow = 2;
   static constexpr uint32_t kRetryCopies = 64;
@@ -132,8 +136,25 @@ class StoresChoice {
   std::vector<uint64_t> written_;   // its pages a timed copy has written, a bit each
 };
 
-// dst = src (n bytes, no overlap), into this rank's scratch for others ([area, area +
-// area_bytes)), with the stores `s` chooses, timing the ordinary ones it learns from.
-void copy_in(StoresChoice& s, const uint8_t* area, size_t area_bytes, void* dst, const void* src, size_t n);
+// The mode SHOAL_DIRECT_STORES sets (`auto`, the default: automatic).
+StoresChoice::Mode stores_setting();
 
-}  // namespace shoal::algo
+// Whether `automatic` stores follow the cache-line round trip that core_probe.h measures, rather
+// than the writer's own copies: with more than two ranks a core (`ranks` of this machine on
+// `cores`), a writer's readers sit on every core, and what its copies cost tells the state too
+// little (judged by them, 8 ranks on 2 cores ran 1.07-1.26x slower than ordinary stores in the
+// near state; BENCHMARKS.md, "Choosing the stores as the op runs").
+inline bool by_probe(StoresChoice::Mode m, int ranks, int cores) {
+  return m == StoresChoice::Mode::automatic && ranks > 2 * cores;
+}
+
+// Whether copies in with `s` take non-temporal stores now (`probe`: by_probe's answer).
+bool streams(const StoresChoice& s, bool probe);
+
+// dst = src (n bytes, no overlap), into this rank's shared memory for others ([area, area +
+// area_bytes): its scratch, or a ring), with the stores `s` chooses (`probe`: by_probe's answer),
+// timing the ordinary ones it learns from.
+void copy_for_readers(StoresChoice& s, bool probe, const uint8_t* area, size_t area_bytes, void* dst, const void* src,
+                      size_t n);
+
+}  // namespace shoal

@@ -5,10 +5,10 @@
 #pragma once
 #include <cstdint>
 
-namespace shoal::algo {
+namespace shoal {
 
 // The least round trip of the last measurement, ns; 0 until one has finished (or where the
 // process may run on one CPU only). Cheap: two loads once started.
 uint32_t core_round_trip_ns();
 
-}  // namespace shoal::algo
+}  // namespace shoal

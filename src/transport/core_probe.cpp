@@ -1,4 +1,4 @@
-#include "algo/core_probe.h"
+#include "transport/core_probe.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -14,7 +14,7 @@
 #include "base/cpu_relax.h"
 #include "base/log.h"
 
-namespace shoal::algo {
+namespace shoal {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -179,4 +179,4 @@ uint32_t core_round_trip_ns() {
   return g_rtt_ns.load(std::memory_order_relaxed);
 }
 
-}  // namespace shoal::algo
+}  // namespace shoal

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Two settings or builds of shoal-bench, interleaved for a while, each run tagged with the cache-line
+# round trip between CPUs 0 and 1 just before it (scripts/round_trip.c): on our VMs the host moves
+# the two vCPUs between placements that share a cache and ones that do not for seconds to minutes
+# at a time (BENCHMARKS.md, "Near and far cores"), and a change may help in one state only. Then
+# scripts/ab_by_core_state.py FILE gives the medians per op, ranks, state and side.
+#
+#   scripts/ab_by_core_state.sh SECONDS "OP:RANKS ..." "SHOAL-BENCH SIZE OPTIONS"
+#   e.g. BENCH_OLD_ENV=LD_LIBRARY_PATH=/tmp/old BENCH_NEW_ENV= \
+#        scripts/ab_by_core_state.sh 420 "alltoall:2 alltoall:3 sendrecv:2" "-b 16K -e 1M -f 4" > ab.txt
+#
+# BENCH_OLD_ENV and BENCH_NEW_ENV (VAR=VALUE ...) set each side's environment, as in
+# scripts/bench_ab.sh; BENCH (default build/shoal-bench) is the bench. One line per run: the time,
+# the op, the ranks, the side, the round trip (ns) and shoal's µs at each size.
+set -euo pipefail
+[ $# -eq 3 ] || { sed -n '2,14p' "$0"; exit 2; }
+seconds=$1 cases=$2 sizes=$3
+bench=${BENCH:-build/shoal-bench}
+probe=$(mktemp)
+trap 'rm -f "$probe"' EXIT
+gcc -O2 -pthread -o "$probe" "$(dirname "$0")/round_trip.c"
+end=$(($(date +%s) + seconds))
+while [ "$(date +%s)" -lt "$end" ]; do
+  for c in $cases; do
+    op=${c%%:*} n=${c##*:}
+    for side in old new; do
+      side_env=${BENCH_OLD_ENV:-}
+      [ "$side" = new ] && side_env=${BENCH_NEW_ENV:-}
+      rtt=$("$probe")
+      # shellcheck disable=SC2086  # side_env is a list of VAR=VALUE words
+      times=$(env $side_env "$bench" "$op" -n "$n" $sizes 2>&1 | awk '/^ +[0-9]/ {printf "%s ", $5}')
+      echo "$(date +%T) $op n=$n $side rtt=$rtt | $times"
+    done
+  done
+done

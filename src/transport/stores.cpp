@@ -1,0 +1,55 @@
+#include "transport/stores.h"
+
+#include <chrono>
+#include <string>
+
+#include "base/log.h"
+#include "base/params.h"
+#include "reduce/copy.h"
+#include "transport/core_probe.h"
+
+namespace shoal {
+namespace {
+
+inline uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+}  // namespace
+
+StoresChoice::Mode stores_setting() {
+  const std::string m = params::choice("SHOAL_DIRECT_STORES").value_or("auto");
+  return m == "cached" ? StoresChoice::Mode::cached
+         : m == "streaming" ? StoresChoice::Mode::streaming
+                            : StoresChoice::Mode::automatic;
+}
+
+bool streams(const StoresChoice& s, bool probe) {
+  return probe ? core_round_trip_ns() >= StoresChoice::kFarRoundTripNs : s.streaming();
+}
+
+void copy_for_readers(StoresChoice& s, bool probe, const uint8_t* area, size_t area_bytes, void* dst, const void* src,
+                      size_t n) {
+  if (probe) return (streams(s, true) ? copy_streaming : copy_bytes)(dst, src, n);
+  if (s.streaming()) {
+    copy_streaming(dst, src, n);
+    // Counted from the length at which copy_streaming stores non-temporally.
+    if (n >= kStreamingMinBytes && s.mode() == StoresChoice::Mode::automatic && s.streamed(now_ns()))
+      SHOAL_LOG(debug, "copies into shared memory try ordinary stores again");
+  } else if (n >= StoresChoice::kTimedBytes && s.learning() &&
+             !s.first_touch(area, area_bytes, static_cast<const uint8_t*>(dst), n)) {
+    const uint64_t t0 = now_ns();
+    copy_bytes(dst, src, n);
+    const uint64_t t1 = now_ns();
+    SHOAL_LOG(trace, "copy into shared memory by ordinary stores: %zu bytes, %llu ns per KiB", n,
+              static_cast<unsigned long long>((t1 - t0) * 1024 / n));
+    if (s.timed(n, t1 - t0, t1))
+      SHOAL_LOG(debug, "copies into shared memory now take non-temporal stores (ordinary ones: %llu ns per KiB)",
+                static_cast<unsigned long long>(s.last_ns_per_kib()));
+  } else {
+    copy_bytes(dst, src, n);
+  }
+}
+
+}  // namespace shoal
