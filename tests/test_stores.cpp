@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <thread>
 #include <numeric>
 #include <vector>
@@ -95,11 +96,11 @@ TEST(StoresChoice, TriesOrdinaryStoresAgainAfterASecondAndEnoughCopies) {
   EXPECT_FALSE(s.streaming());
 }
 
-TEST(StoresChoice, CopiesIntoPagesWrittenForTheFirstTimeAreNotTimed) {
+TEST(FreshPages, CopiesIntoPagesWrittenForTheFirstTimeAreNotTimed) {
   constexpr size_t kPage = 4096;
   std::vector<uint8_t> area(64 * kPage);
   const uint8_t* a = area.data();
-  StoresChoice s(Mode::automatic);
+  FreshPages s;
   EXPECT_TRUE(s.first_touch(a, area.size(), a, 2 * kPage));
   EXPECT_FALSE(s.first_touch(a, area.size(), a, 2 * kPage));
   EXPECT_FALSE(s.first_touch(a, area.size(), a + 100, kPage));       // inside pages 0-1
@@ -119,6 +120,28 @@ TEST(StoresChoice, CopiesIntoPagesWrittenForTheFirstTimeAreNotTimed) {
   std::vector<uint8_t> other(8 * kPage);
   EXPECT_TRUE(s.first_touch(other.data(), other.size(), other.data(), kPage));
   EXPECT_TRUE(s.first_touch(a, area.size(), a, kPage));
+}
+
+// What another choice learned (a ring's, for the scratch's): non-temporal stores from then on, in
+// automatic mode only, and ordinary ones tried again by the same rule as where its own copies
+// turned them on.
+TEST(StoresChoice, StreamsFromWhatAnotherLearned) {
+  const uint64_t t0 = 7 * kSecond;
+  StoresChoice s(Mode::automatic);
+  s.stream_from(t0);
+  EXPECT_TRUE(s.streaming());
+  EXPECT_FALSE(s.learning());
+  for (uint32_t i = 0; i < 4 * StoresChoice::kRetryCopies; ++i) EXPECT_FALSE(s.streamed(t0 + kSecond - 1));
+  EXPECT_TRUE(s.streamed(t0 + kSecond));
+  EXPECT_FALSE(s.streaming());
+  EXPECT_TRUE(s.learning());
+  StoresChoice c(Mode::cached);
+  c.stream_from(t0);
+  EXPECT_FALSE(c.streaming());
+  StoresChoice st(Mode::streaming);
+  st.stream_from(t0);
+  EXPECT_TRUE(st.streaming());
+  EXPECT_FALSE(st.streamed(t0 + 60 * kSecond));
 }
 
 TEST(StoresChoice, ForcedStoresNeverChange) {
@@ -160,13 +183,14 @@ TEST(StoresChoice, CopiesInEveryByteWhicheverStores) {
     const Mode m = pass == 0 ? Mode::cached : pass == 1 ? Mode::streaming : Mode::automatic;
     for (size_t off : {0, 1, 32}) {
       StoresChoice s(m);
+      FreshPages pages;
       if (pass == 3) {
         ASSERT_TRUE(stream_from(s, 1));
       }
       ASSERT_EQ(s.learning(), pass == 2);  // pass 2 times its copies of kTimedBytes and more
       for (size_t n : lens) {
         std::fill(dst.begin(), dst.end(), uint8_t(0xEE));
-        copy_for_readers(s, false, dst.data(), dst.size(), dst.data() + off, src.data() + 3, n);
+        copy_for_readers(s, false, pages, dst.data(), dst.size(), dst.data() + off, src.data() + 3, n);
         for (size_t i = 0; i < dst.size(); ++i) {
           const uint8_t want = i >= off && i < off + n ? src[i - off + 3] : uint8_t(0xEE);
           ASSERT_EQ(dst[i], want) << "pass " << pass << " off " << off << " n " << n << " byte " << i;
@@ -179,6 +203,22 @@ TEST(StoresChoice, CopiesInEveryByteWhicheverStores) {
 TEST(StoresChoice, UnsetTheSettingIsAutomatic) {
   ScopedEnv e("SHOAL_DIRECT_STORES", nullptr);
   EXPECT_EQ(Ways::current().stores().mode(), Mode::automatic);
+}
+
+// A group's rings hold its Ways' choice while the Ways are moved into the communicator, to turn
+// non-temporal stores on for it: copies of the Ways share one choice; another group's is its own.
+TEST(StoresChoice, CopiesOfAGroupsWaysShareOneChoice) {
+  ScopedEnv e("SHOAL_DIRECT_STORES", "auto");
+  Ways w = Ways::current();
+  std::shared_ptr<StoresChoice> held = w.shared_stores();  // as ShmPeers holds it for the rings
+  Ways moved = std::move(w);
+  const Ways copy = moved;
+  EXPECT_EQ(&copy.stores(), held.get());
+  EXPECT_EQ(&moved.stores(), held.get());
+  held->stream_from(1);  // a ring's copies turned non-temporal stores on
+  EXPECT_TRUE(copy.stores().streaming());  // and the scratch's take them
+  EXPECT_FALSE(Ways::current().stores().streaming());
+  EXPECT_NE(&Ways::current().stores(), held.get());
 }
 
 // The round trip between two CPUs (core_probe.h), polled for up to `seconds`: 0 if none came.

@@ -250,7 +250,7 @@ Ways Ways::current() {
     const auto forced = params::choice(kForcings[i].setting);
     if (forced && *forced != "auto") w.forced_[i] = *forced == kForcings[i].way0 ? 0 : 1;
   }
-  w.stores_ = StoresChoice(stores_setting());
+  w.stores_ = std::make_shared<StoresChoice>(stores_setting());
   return w;
 }
 

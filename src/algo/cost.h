@@ -170,10 +170,15 @@ class Ways {
   // the group may copy between processes (broadcast and allgather take single copy at 2 ranks only).
   bool single_copy(Choice op, size_t n, int p) const { return cheaper(op, n, p) == 1; }
 
-  // How this rank's copies into its scratch slots for others store, as SHOAL_DIRECT_STORES says
-  // (stores.h). It learns from the copies as they run, so it changes while the group's choices
-  // above stay fixed; each writer may choose alone: its readers see the same bytes either way.
-  StoresChoice& stores() const { return stores_; }
+  // How this rank's copies into its scratch slots for others store,
+  // as SHOAL_DIRECT_STORES says (transport/stores.h). It learns from the copies as they run, so it
+  // changes while the group's choices above stay fixed; each writer may choose alone: its readers
+  // see the same bytes either way. Copies of these Ways share it, and the rings hold it: a ring
+  // whose copies turn non-temporal stores on turns them on here too.
+  StoresChoice& stores() const { return *stores_; }
+  const std::shared_ptr<StoresChoice>& shared_stores() const { return stores_; }
+  // The pages of this rank's scratch that a timed copy has written (transport/stores.h).
+  FreshPages& scratch_pages() const { return scratch_pages_; }
 
   // Where the automatic choice over the network changes (Switch) in a group of p ranks.
   size_t switch_at(Switch s, int p) const { return tuning_->at(s, p); }
@@ -199,7 +204,8 @@ class Ways {
   BuiltInCpu cpu_ = BuiltInCpu::amd;
   size_t l2_ = 0;
   int forced_[kForcedWays] = {-1, -1, -1, -1, -1, -1};  // by the setting (cost.cpp, kForcings): the way, or -1
-  mutable StoresChoice stores_;  // SHOAL_DIRECT_STORES
+  std::shared_ptr<StoresChoice> stores_ = std::make_shared<StoresChoice>();  // SHOAL_DIRECT_STORES
+  mutable FreshPages scratch_pages_;
 };
 
 // The settings a host's ranks must agree on, as an error names them: "SHOAL_TUNING, SHOAL_DIRECT_REDUCE, ...".

@@ -161,7 +161,8 @@ inline bool streams(Ctx& c) { return shoal::streams(c.ways().stores(), stores_by
 // chooses.
 inline void copy_in(Ctx& c, void* dst, const void* src, size_t n) {
   ShmGroup& g = *c.shm();
-  copy_for_readers(c.ways().stores(), stores_by_probe(c, g), g.scratch(c.rank), g.scratch_bytes(), dst, src, n);
+  copy_for_readers(c.ways().stores(), stores_by_probe(c, g), c.ways().scratch_pages(), g.scratch(c.rank),
+                   g.scratch_bytes(), dst, src, n);
 }
 
 // ---- Streamed ops: pieces published as they land -------------------------------------------------

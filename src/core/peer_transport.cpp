@@ -15,8 +15,8 @@ namespace shoal {
 // ---- Shared memory -------------------------------------------------------------------------------
 
 ShmPeers::ShmPeers(int rank, std::string host_id, std::string group_id, std::vector<int> local, size_t ring,
-                   size_t scratch, bool single_copy, uint64_t nonce, int machine_ranks, int machine_cpus,
-                   std::vector<ShmSegment>& segs)
+                   size_t scratch, bool single_copy, uint64_t nonce, std::shared_ptr<StoresChoice> stores,
+                   int machine_ranks, int machine_cpus, std::vector<ShmSegment>& segs)
     : rank_(rank),
       host_id_(std::move(host_id)),
       group_id_(std::move(group_id)),
@@ -25,8 +25,8 @@ ShmPeers::ShmPeers(int rank, std::string host_id, std::string group_id, std::vec
       scratch_(scratch),
       single_copy_(single_copy),
       nonce_(nonce),
-      stores_(stores_setting()),
-      stores_by_probe_(by_probe(stores_, machine_ranks, machine_cpus)),
+      stores_(std::move(stores)),
+      stores_by_probe_(by_probe(stores_->mode(), machine_ranks, machine_cpus)),
       segs_(segs) {}
 
 int ShmPeers::slot_of(int r) const {

@@ -362,7 +362,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
     uint64_t nonce;
     random_bytes(reinterpret_cast<uint8_t*>(&nonce), sizeof nonce);
     shm = std::make_shared<ShmPeers>(rank, me, short_id, local, sizes.ring, sizes.scratch, opts.single_copy, nonce,
-                                     topo.machine_ranks, topo.machine_cpus, topo.segs);
+                                     topo.ways.shared_stores(), topo.machine_ranks, topo.machine_cpus, topo.segs);
     transports.push_back(shm);
   }
   if (opts.transport != TransportKind::shm) {

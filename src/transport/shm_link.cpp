@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "base/call.h"
 #include "reduce/copy.h"
@@ -22,7 +23,7 @@ void copy_out(uint8_t* dst, const uint8_t* ring, uint64_t cap, uint64_t pos, uin
 }  // namespace
 
 ShmLink::ShmLink(int rank, int peer, int my_slot, int peer_slot, const ShmSegment& mine, const ShmSegment& theirs,
-                 StoresChoice::Mode stores, bool by_probe)
+                 std::shared_ptr<StoresChoice> scratch_stores, bool by_probe)
     : rank_(rank),
       peer_(peer),
       peer_ctl_(theirs.control()),
@@ -32,7 +33,8 @@ ShmLink::ShmLink(int rank, int peer, int my_slot, int peer_slot, const ShmSegmen
       in_data_(mine.ring_data(peer_slot)),
       self_ctl_(mine.control()),
       cap_(mine.control()->ring_bytes),
-      stores_(stores),
+      scratch_stores_(std::move(scratch_stores)),
+      stores_(scratch_stores_->mode()),
       by_probe_(by_probe) {
   out_head_ = out_->head.load(std::memory_order_relaxed);
   out_tail_seen_ = out_->tail.load(std::memory_order_relaxed);
@@ -44,7 +46,7 @@ void ShmLink::copy_in(uint64_t pos, const uint8_t* src, uint64_t n) {
   auto copy = [&](uint8_t* dst, const uint8_t* from, uint64_t len) {
     // Shorter copies take ordinary stores whatever the choice (copy_streaming's rule), untimed.
     if (len < kStreamingMinBytes) return copy_bytes(dst, from, len);
-    copy_for_readers(stores_, by_probe_, out_data_, cap_, dst, from, len);
+    copy_for_readers(stores_, by_probe_, pages_, out_data_, cap_, dst, from, len, scratch_stores_.get());
   };
   copy(out_data_ + off, src, first);
   if (n > first) copy(out_data_, src + first, n - first);

@@ -5,6 +5,7 @@
 // transport/stores.h chooses for this ring's reader.
 #pragma once
 #include <deque>
+#include <memory>
 
 #include "transport/link.h"
 #include "transport/shm_segment.h"
@@ -15,10 +16,12 @@ namespace shoal {
 class ShmLink : public Link {
  public:
   // `mine` is this rank's segment, `theirs` the peer's (mapped here); `my_slot` and `peer_slot`
-  // the two ranks' ring slots (their places among the ranks of the host); `stores` and `by_probe`
-  // how copies into the ring store (stores.h: stores_setting(), by_probe()).
+  // the two ranks' ring slots (their places among the ranks of the host); copies into the ring
+  // store as a choice of this link's decides (stores.h), in the mode of the rank's choice for its
+  // scratch, `scratch_stores`, which takes non-temporal stores when the link's choice does;
+  // `by_probe`: by_probe()'s answer.
   ShmLink(int rank, int peer, int my_slot, int peer_slot, const ShmSegment& mine, const ShmSegment& theirs,
-          StoresChoice::Mode stores, bool by_probe);
+          std::shared_ptr<StoresChoice> scratch_stores, bool by_probe);
   void post(Request* r) override;
   bool progress() override;
   bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
@@ -50,8 +53,10 @@ class ShmLink : public Link {
   uint64_t out_tail_seen_ = 0;  // out_->tail when last read (the room the peer had freed then)
   uint64_t in_tail_ = 0;   // our copy of in_->tail
   std::deque<Request*> sends_, recvs_;
+  std::shared_ptr<StoresChoice> scratch_stores_;
   StoresChoice stores_;  // for the copies into out_data_
   bool by_probe_;
+  FreshPages pages_;  // of out_data_
 };
 
 }  // namespace shoal

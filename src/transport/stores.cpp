@@ -29,8 +29,8 @@ bool streams(const StoresChoice& s, bool probe) {
   return probe ? core_round_trip_ns() >= StoresChoice::kFarRoundTripNs : s.streaming();
 }
 
-void copy_for_readers(StoresChoice& s, bool probe, const uint8_t* area, size_t area_bytes, void* dst, const void* src,
-                      size_t n) {
+void copy_for_readers(StoresChoice& s, bool probe, FreshPages& pages, const uint8_t* area, size_t area_bytes, void* dst,
+                      const void* src, size_t n, StoresChoice* also) {
   if (probe) return (streams(s, true) ? copy_streaming : copy_bytes)(dst, src, n);
   if (s.streaming()) {
     copy_streaming(dst, src, n);
@@ -38,15 +38,17 @@ void copy_for_readers(StoresChoice& s, bool probe, const uint8_t* area, size_t a
     if (n >= kStreamingMinBytes && s.mode() == StoresChoice::Mode::automatic && s.streamed(now_ns()))
       SHOAL_LOG(debug, "copies into shared memory try ordinary stores again");
   } else if (n >= StoresChoice::kTimedBytes && s.learning() &&
-             !s.first_touch(area, area_bytes, static_cast<const uint8_t*>(dst), n)) {
+             !pages.first_touch(area, area_bytes, static_cast<const uint8_t*>(dst), n)) {
     const uint64_t t0 = now_ns();
     copy_bytes(dst, src, n);
     const uint64_t t1 = now_ns();
     SHOAL_LOG(trace, "copy into shared memory by ordinary stores: %zu bytes, %llu ns per KiB", n,
               static_cast<unsigned long long>((t1 - t0) * 1024 / n));
-    if (s.timed(n, t1 - t0, t1))
+    if (s.timed(n, t1 - t0, t1)) {
       SHOAL_LOG(debug, "copies into shared memory now take non-temporal stores (ordinary ones: %llu ns per KiB)",
                 static_cast<unsigned long long>(s.last_ns_per_kib()));
+      if (also) also->stream_from(t1);
+    }
   } else {
     copy_bytes(dst, src, n);
   }

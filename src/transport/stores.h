@@ -23,8 +23,12 @@
 // readers no longer hold (cheap in either state, the readers then fetching the data from the far
 // cache), so once kRetryNs have passed and kRetryCopies non-temporal copies were made, it tries
 // ordinary stores again.
-// Each writer chooses alone, for its scratch and for each of its rings: the readers see the same
-// bytes either way.
+// A rank chooses for its scratch (a group's communicator holds that choice: algo::Ways::stores)
+// and for each of its rings, whose one reader may share the writer's core where others do not.
+// A ring that turns non-temporal stores on turns them on for the scratch too: the scratch's
+// copies of several MiB, into lines no reader holds any more, look cheap in either state, while a
+// ring's lines are held by its reader from one message to the next (BENCHMARKS.md, "The rings'
+// stores"). Each writer chooses alone: its readers see the same bytes either way.
 #pragma once
 #include <algorithm>
 #include <atomic>
@@ -50,7 +54,6 @@ class StoresChoice {
   StoresChoice(const StoresChoice& o) : mode_(o.mode_) {}  // a copy starts learning afresh
   StoresChoice& operator=(const StoresChoice& o) {
     mode_ = o.mode_;
-    area_ = nullptr;
     bytes_ = ns_ = 0;
     streaming_.store(mode_ == Mode::streaming, std::memory_order_relaxed);
     count_.store(0, std::memory_order_relaxed);
@@ -87,24 +90,14 @@ class StoresChoice {
   // The last sample's cost, ns per KiB.
   uint64_t last_ns_per_kib() const { return last_ns_per_kib_; }
 
-  // Whether [dst, dst + n) holds pages of this rank's scratch [area, area + area_bytes) that no
-  // copy asked about here has written yet; marks them written. A copy outside the area is never
-  // fresh. (Copies not asked about, while streaming, leave their pages fresh: at worst untimed.)
-  bool first_touch(const uint8_t* area, size_t area_bytes, const uint8_t* dst, size_t n) {
-    if (area != area_ || area_bytes != area_bytes_) {  // the first copy in, or another area: start over
-      area_ = area;
-      area_bytes_ = area_bytes;
-      written_.assign((area_bytes / kPage + 64) / 64, 0);
-    }
-    const uintptr_t a = reinterpret_cast<uintptr_t>(area), d = reinterpret_cast<uintptr_t>(dst);
-    if (d < a || n == 0 || n > area_bytes || d - a > area_bytes - n) return false;
-    bool fresh = false;
-    for (size_t pg = (d - a) / kPage, last = (d - a + n - 1) / kPage; pg <= last; ++pg) {
-      const uint64_t bit = uint64_t(1) << (pg % 64);
-      fresh |= !(written_[pg / 64] & bit);
-      written_[pg / 64] |= bit;
-    }
-    return fresh;
+  // Takes non-temporal stores from time `now` (automatic only), as if its own copies had turned
+  // them on: what another choice of the rank learned (below).
+  void stream_from(uint64_t now) {
+    if (mode_ != Mode::automatic || streaming()) return;
+    bytes_ = ns_ = 0;
+    count_.store(0, std::memory_order_relaxed);
+    since_.store(now, std::memory_order_relaxed);
+    streaming_.store(true, std::memory_order_relaxed);
   }
 
   // A non-temporal copy in (of any length that takes non-temporal stores), at time `now`. True
@@ -124,16 +117,44 @@ class StoresChoice {
  private:
   Mode mode_;
   // Relaxed atomics: one communicator's ops run one at a time, but not always on one thread (the
-  // page map below relies on the one at a time).
+  // plain fields rely on the one at a time).
   std::atomic<bool> streaming_{mode_ == Mode::streaming};
   std::atomic<uint32_t> count_{0};  // ordinary: slow samples in a row; non-temporal: copies since turned on
   std::atomic<uint64_t> since_{0};  // when non-temporal stores were turned on
   uint64_t bytes_ = 0, ns_ = 0;     // timed copies since the last sample
   uint64_t last_ns_per_kib_ = 0;
+};
+
+// The pages of one area a rank writes for others (its scratch, or one of its rings) that a timed
+// copy has written: a copy into pages written for the first time is not timed, as it pays for
+// mapping them (~1.5 µs a page on our VMs). One map per area, whatever StoresChoice the areas share.
+class FreshPages {
+ public:
+  // Whether [dst, dst + n) holds pages of the area [area, area + area_bytes) that no
+  // copy asked about here has written yet; marks them written. A copy outside the area is never
+  // fresh. (Copies not asked about, while streaming, leave their pages fresh: at worst untimed.)
+  bool first_touch(const uint8_t* area, size_t area_bytes, const uint8_t* dst, size_t n) {
+    if (area != area_ || area_bytes != area_bytes_) {  // the first copy, or another area: start over
+      area_ = area;
+      area_bytes_ = area_bytes;
+      written_.assign((area_bytes / kPage + 64) / 64, 0);
+    }
+    const uintptr_t a = reinterpret_cast<uintptr_t>(area), d = reinterpret_cast<uintptr_t>(dst);
+    if (d < a || n == 0 || n > area_bytes || d - a > area_bytes - n) return false;
+    bool fresh = false;
+    for (size_t pg = (d - a) / kPage, last = (d - a + n - 1) / kPage; pg <= last; ++pg) {
+      const uint64_t bit = uint64_t(1) << (pg % 64);
+      fresh |= !(written_[pg / 64] & bit);
+      written_[pg / 64] |= bit;
+    }
+    return fresh;
+  }
+
+ private:
   static constexpr size_t kPage = 4096;
-  const uint8_t* area_ = nullptr;   // the scratch asked about
+  const uint8_t* area_ = nullptr;
   size_t area_bytes_ = 0;
-  std::vector<uint64_t> written_;   // its pages a timed copy has written, a bit each
+  std::vector<uint64_t> written_;  // its pages a timed copy has written, a bit each
 };
 
 // The mode SHOAL_DIRECT_STORES sets (`auto`, the default: automatic).
@@ -152,9 +173,10 @@ inline bool by_probe(StoresChoice::Mode m, int ranks, int cores) {
 bool streams(const StoresChoice& s, bool probe);
 
 // dst = src (n bytes, no overlap), into this rank's shared memory for others ([area, area +
-// area_bytes): its scratch, or a ring), with the stores `s` chooses (`probe`: by_probe's answer),
-// timing the ordinary ones it learns from.
-void copy_for_readers(StoresChoice& s, bool probe, const uint8_t* area, size_t area_bytes, void* dst, const void* src,
-                      size_t n);
+// area_bytes): its scratch, or a ring, whose written pages `pages` keeps), with the stores `s`
+// chooses (`probe`: by_probe's answer), timing the ordinary ones it learns from. Where this copy
+// turns non-temporal stores on, `also` (a ring's copy: the rank's scratch choice) takes them too.
+void copy_for_readers(StoresChoice& s, bool probe, FreshPages& pages, const uint8_t* area, size_t area_bytes, void* dst,
+                      const void* src, size_t n, StoresChoice* also = nullptr);
 
 }  // namespace shoal
