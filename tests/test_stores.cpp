@@ -144,6 +144,20 @@ TEST(StoresChoice, StreamsFromWhatAnotherLearned) {
   EXPECT_FALSE(st.streamed(t0 + 60 * kSecond));
 }
 
+// A ring's copies that turn non-temporal stores on turn them on for the scratch's choice passed as
+// `also`; a window of slow samples short of turning them on does not.
+TEST(StoresChoice, SlowSamplesTurnOnTheChoicePassedAlong) {
+  StoresChoice ring(Mode::automatic), scratch(Mode::automatic);
+  for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(ring.timed(kBytes, kSlowNs, 5, &scratch));
+  EXPECT_FALSE(scratch.streaming());
+  EXPECT_TRUE(ring.timed(kBytes, kSlowNs, 5, &scratch));
+  EXPECT_TRUE(ring.streaming());
+  EXPECT_TRUE(scratch.streaming());
+  StoresChoice other(Mode::automatic), untouched(Mode::automatic);
+  for (int i = 0; i < 2 * StoresChoice::kWindow; ++i) EXPECT_FALSE(other.timed(kBytes, kCheapNs, 5, &untouched));
+  EXPECT_FALSE(untouched.streaming());
+}
+
 TEST(StoresChoice, ForcedStoresNeverChange) {
   for (Mode m : {Mode::cached, Mode::streaming}) {
     StoresChoice s(m);

@@ -170,14 +170,15 @@ class Ways {
   // the group may copy between processes (broadcast and allgather take single copy at 2 ranks only).
   bool single_copy(Choice op, size_t n, int p) const { return cheaper(op, n, p) == 1; }
 
-  // How this rank's copies into its scratch slots for others store,
-  // as SHOAL_DIRECT_STORES says (transport/stores.h). It learns from the copies as they run, so it
-  // changes while the group's choices above stay fixed; each writer may choose alone: its readers
-  // see the same bytes either way. Copies of these Ways share it, and the rings hold it: a ring
-  // whose copies turn non-temporal stores on turns them on here too.
+  // How this rank's copies into its scratch slots for others store, as SHOAL_DIRECT_STORES says
+  // (transport/stores.h). It learns from the copies as they run, so it changes while the group's
+  // choices above stay fixed; no rank needs to choose as another does: its readers see the same
+  // bytes either way. Copies of these Ways share it (not a moved-from Ways: it has none), and the
+  // rings hold it: a ring whose copies turn non-temporal stores on turns them on here too.
   StoresChoice& stores() const { return *stores_; }
   const std::shared_ptr<StoresChoice>& shared_stores() const { return stores_; }
-  // The pages of this rank's scratch that a timed copy has written (transport/stores.h).
+  // The pages of this rank's scratch that a timed copy has written (transport/stores.h); each copy
+  // of these Ways has its own (at worst a copy's first timed copies are not timed).
   FreshPages& scratch_pages() const { return scratch_pages_; }
 
   // Where the automatic choice over the network changes (Switch) in a group of p ranks.

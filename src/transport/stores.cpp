@@ -44,11 +44,9 @@ void copy_for_readers(StoresChoice& s, bool probe, FreshPages& pages, const uint
     const uint64_t t1 = now_ns();
     SHOAL_LOG(trace, "copy into shared memory by ordinary stores: %zu bytes, %llu ns per KiB", n,
               static_cast<unsigned long long>((t1 - t0) * 1024 / n));
-    if (s.timed(n, t1 - t0, t1)) {
+    if (s.timed(n, t1 - t0, t1, also))
       SHOAL_LOG(debug, "copies into shared memory now take non-temporal stores (ordinary ones: %llu ns per KiB)",
                 static_cast<unsigned long long>(s.last_ns_per_kib()));
-      if (also) also->stream_from(t1);
-    }
   } else {
     copy_bytes(dst, src, n);
   }

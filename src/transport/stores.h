@@ -17,8 +17,8 @@
 // So in `automatic` a rank times its ordinary copies in, kSampleBytes of them at a time (with
 // more ranks than cores a writer's readers sit on either core, and its single copies cost either;
 // with more than two ranks a core a measured round trip decides instead: by_probe below):
-// once kWindow samples in a row cost more than kFarNsPerKiB it takes non-temporal stores. A copy into pages of the scratch written for the
-// first time is not timed: it pays for mapping them (~1.5 µs a page on our VMs). What a
+// once kWindow samples in a row cost more than kFarNsPerKiB it takes non-temporal stores. A copy into pages of an area written for
+// the first time is not timed: it pays for mapping them (~1.5 µs a page on our VMs). What a
 // non-temporal copy costs says nothing of the cores, nor does an ordinary one into lines the
 // readers no longer hold (cheap in either state, the readers then fetching the data from the far
 // cache), so once kRetryNs have passed and kRetryCopies non-temporal copies were made, it tries
@@ -28,7 +28,7 @@
 // A ring that turns non-temporal stores on turns them on for the scratch too: the scratch's
 // copies of several MiB, into lines no reader holds any more, look cheap in either state, while a
 // ring's lines are held by its reader from one message to the next (BENCHMARKS.md, "The rings'
-// stores"). Each writer chooses alone: its readers see the same bytes either way.
+// stores"). No rank needs to choose as another does: its readers see the same bytes either way.
 #pragma once
 #include <algorithm>
 #include <atomic>
@@ -66,9 +66,10 @@ class StoresChoice {
   // Whether ordinary copies in are timed (then pass each to timed()).
   bool learning() const { return mode_ == Mode::automatic && !streaming(); }
 
-  // What an ordinary copy of `bytes` (at least kTimedBytes) into the scratch took, at time `now`
-  // (ns, steady clock). True where that turned non-temporal stores on.
-  bool timed(size_t bytes, uint64_t ns, uint64_t now) {
+  // What an ordinary copy of `bytes` (at least kTimedBytes) into shared memory took, at time `now`
+  // (ns, steady clock). True where that turned non-temporal stores on; then `also` (a ring's
+  // copy: the rank's choice for its scratch) takes them too (stream_from).
+  bool timed(size_t bytes, uint64_t ns, uint64_t now, StoresChoice* also = nullptr) {
     if (!learning()) return false;
     bytes_ += bytes;
     ns_ += ns;
@@ -85,6 +86,7 @@ class StoresChoice {
     if (k < kWindow) return false;
     since_.store(now, std::memory_order_relaxed);
     streaming_.store(true, std::memory_order_relaxed);
+    if (also) also->stream_from(now);
     return true;
   }
   // The last sample's cost, ns per KiB.
@@ -117,7 +119,8 @@ class StoresChoice {
  private:
   Mode mode_;
   // Relaxed atomics: one communicator's ops run one at a time, but not always on one thread (the
-  // plain fields rely on the one at a time).
+  // plain fields rely on the one at a time: the scratch's choice is also written by the rings'
+  // copies, which run only on the thread that holds the engine, as the ops do).
   std::atomic<bool> streaming_{mode_ == Mode::streaming};
   std::atomic<uint32_t> count_{0};  // ordinary: slow samples in a row; non-temporal: copies since turned on
   std::atomic<uint64_t> since_{0};  // when non-temporal stores were turned on
