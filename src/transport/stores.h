@@ -51,14 +51,10 @@ class StoresChoice {
   static constexpr uint64_t kRetryNs = 1000000000;
 
   explicit StoresChoice(Mode m = Mode::cached) : mode_(m) {}
-  StoresChoice(const StoresChoice& o) : mode_(o.mode_) {}  // a copy starts learning afresh
-  StoresChoice& operator=(const StoresChoice& o) {
-    mode_ = o.mode_;
-    bytes_ = ns_ = 0;
-    streaming_.store(mode_ == Mode::streaming, std::memory_order_relaxed);
-    count_.store(0, std::memory_order_relaxed);
-    return *this;
-  }
+  // Not copied: a copy would lose what the choice has learned. Whoever needs it holds it
+  // (algo::Ways by shared_ptr, which the rings share).
+  StoresChoice(const StoresChoice&) = delete;
+  StoresChoice& operator=(const StoresChoice&) = delete;
 
   Mode mode() const { return mode_; }
   // Whether copies in take non-temporal stores now.
