@@ -12,6 +12,8 @@
 # BENCH_OLD_ENV and BENCH_NEW_ENV (VAR=VALUE ...) set each side's environment, as in
 # scripts/bench_ab.sh; BENCH (default build/shoal-bench) is the bench. One line per run: the time,
 # the op, the ranks, the side, the round trip (ns) and shoal's µs at each size.
+# BENCH_PEER=ompi measures shoal against Open MPI instead: one run per case (`--vs ompi`, with
+# BENCH_NEW_ENV), whose Open MPI times are the old side and shoal's the new, under one round trip.
 set -euo pipefail
 [ $# -eq 3 ] || { sed -n '2,14p' "$0"; exit 2; }
 seconds=$1 cases=$2 sizes=$3
@@ -23,6 +25,14 @@ end=$(($(date +%s) + seconds))
 while [ "$(date +%s)" -lt "$end" ]; do
   for c in $cases; do
     op=${c%%:*} n=${c##*:}
+    if [ -n "${BENCH_PEER:-}" ]; then
+      rtt=$("$probe")
+      # shellcheck disable=SC2086  # BENCH_NEW_ENV is a list of VAR=VALUE words
+      out=$(env ${BENCH_NEW_ENV:-} "$bench" "$op" -n "$n" $sizes --vs "$BENCH_PEER" 2>&1 || true)
+      echo "$(date +%T) $op n=$n old rtt=$rtt | $(awk '/^ +[0-9]/ {printf "%s ", $9}' <<<"$out")"
+      echo "$(date +%T) $op n=$n new rtt=$rtt | $(awk '/^ +[0-9]/ {printf "%s ", $5}' <<<"$out")"
+      continue
+    fi
     for side in old new; do
       side_env=${BENCH_OLD_ENV:-}
       [ "$side" = new ] && side_env=${BENCH_NEW_ENV:-}

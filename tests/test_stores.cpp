@@ -16,7 +16,9 @@
 #include <gtest/gtest.h>
 
 #include "algo/cost.h"
+#include "core/peer_transport.h"
 #include "transport/core_probe.h"
+#include "transport/shm_segment.h"
 #include "transport/stores.h"
 #include "harness.h"
 
@@ -198,7 +200,7 @@ TEST(StoresChoice, CopiesInEveryByteWhicheverStores) {
       ASSERT_EQ(s.learning(), pass == 2);  // pass 2 times its copies of kTimedBytes and more
       for (size_t n : lens) {
         std::fill(dst.begin(), dst.end(), uint8_t(0xEE));
-        copy_for_readers(s, false, pages, dst.data(), dst.size(), dst.data() + off, src.data() + 3, n);
+        copy_for_readers(s, pages, dst.data(), dst.size(), dst.data() + off, src.data() + 3, n);
         for (size_t i = 0; i < dst.size(); ++i) {
           const uint8_t want = i >= off && i < off + n ? src[i - off + 3] : uint8_t(0xEE);
           ASSERT_EQ(dst[i], want) << "pass " << pass << " off " << off << " n " << n << " byte " << i;
@@ -227,6 +229,97 @@ TEST(StoresChoice, CopiesOfAGroupsWaysShareOneChoice) {
   EXPECT_TRUE(copy.stores().streaming());  // and the scratch's take them
   EXPECT_FALSE(Ways::current().stores().streaming());
   EXPECT_NE(&Ways::current().stores(), held.get());
+}
+
+// With more than two ranks a core, automatic stores follow the measured round trip and time no
+// copies; the forced modes never do.
+TEST(StoresChoice, MoreThanTwoRanksACoreFollowTheRoundTrip) {
+  for (auto [ranks, cores, follows] : {std::tuple{2, 2, false}, {4, 2, false}, {5, 2, true}, {8, 2, true}, {8, 4, false},
+                                       {3, 1, true}}) {
+    StoresChoice s(Mode::automatic);
+    s.set_machine(ranks, cores);
+    EXPECT_EQ(s.by_round_trip(), follows) << ranks << " ranks on " << cores << " cores";
+    EXPECT_EQ(s.learning(), !follows);
+    for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(s.timed(kBytes, kSlowNs, 1));
+    EXPECT_EQ(s.timed(kBytes, kSlowNs, 1), !follows);  // a window of slow samples turns it on, if learning
+    EXPECT_EQ(StoresChoice::same_settings(s).by_round_trip(), follows);
+  }
+  for (Mode m : {Mode::cached, Mode::streaming}) {
+    StoresChoice s(m);
+    s.set_machine(8, 2);
+    EXPECT_FALSE(s.by_round_trip());
+  }
+}
+
+// A clock under which every timed copy takes a millisecond: slow at any length a ring copies.
+uint64_t g_slow_clock_ns = 0;
+uint64_t slow_clock() { return g_slow_clock_ns += 1000000; }
+
+// Two ranks' shared-memory links in this process, made as the rendezvous makes them (ShmPeers),
+// each rank's rings given `stores[r]`, its choice for its scratch; 64 KiB rings.
+struct TwoShmRanks {
+  explicit TwoShmRanks(std::shared_ptr<StoresChoice> stores[2]) {
+    constexpr size_t kRing = size_t(64) << 10, kScratch = size_t(64) << 10;
+    const std::string group = "stores" + std::to_string(getpid());
+    for (int r = 0; r < 2; ++r) {
+      segs[r].resize(2);
+      peers[r] = std::make_unique<ShmPeers>(r, "host", group, std::vector<int>{0, 1}, kRing, kScratch, false, 77 + r,
+                                            stores[r], segs[r]);
+    }
+    const std::string info[2] = {peers[0]->prepare({false, true}), peers[1]->prepare({true, false})};
+    std::vector<std::string> reach = {"x", "x"};
+    reach[0] += peers[0]->can_connect(1, info[1]);
+    reach[1] = std::string(1, peers[1]->can_connect(0, info[0])) + "x";
+    EXPECT_NE(reach[0][1], '0');
+    EXPECT_NE(reach[1][0], '0');
+    peers[0]->agreed(reach, {false, true});
+    peers[1]->agreed(reach, {true, false});
+    links[0] = peers[0]->connect(1);
+    links[1] = peers[1]->connect(0);
+  }
+  // Rank `from` sends `data` to the other; returns what arrived.
+  std::vector<uint8_t> send(int from, std::vector<uint8_t>& data) {
+    std::vector<uint8_t> got(data.size(), 0);
+    Request s{Request::Dir::send, 1 - from, data.data(), data.size(), 5, "test"};
+    Request r{Request::Dir::recv, from, got.data(), got.size(), 5, "test"};
+    links[from]->post(&s);
+    links[1 - from]->post(&r);
+    for (long i = 0; (!s.complete || !r.complete) && i < 100000000; ++i) {
+      links[from]->progress();
+      links[1 - from]->progress();
+    }
+    EXPECT_TRUE(s.complete && r.complete);
+    return got;
+  }
+  std::vector<ShmSegment> segs[2];
+  std::unique_ptr<ShmPeers> peers[2];
+  std::unique_ptr<Link> links[2];
+};
+
+// A rank's rings choose their stores with the settings of its choice for its scratch (here, its
+// clock), and a ring whose timed copies turn non-temporal stores on turns them on for that choice:
+// the sender's, not the receiver's. Where the choice follows the round trip, no ring times a copy.
+TEST(StoresChoice, ARingsSlowCopiesTurnOnItsRanksScratchChoice) {
+  std::vector<uint8_t> data(size_t(1) << 20);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7 + (i >> 12));
+  {
+    std::shared_ptr<StoresChoice> stores[2] = {std::make_shared<StoresChoice>(Mode::automatic, slow_clock),
+                                               std::make_shared<StoresChoice>(Mode::automatic, slow_clock)};
+    TwoShmRanks ranks(stores);
+    EXPECT_TRUE(ranks.send(0, data) == data);  // every copy of the 64 KiB ring's first pass is into fresh pages
+    EXPECT_TRUE(stores[0]->streaming());
+    EXPECT_FALSE(stores[1]->streaming());
+    EXPECT_TRUE(ranks.send(0, data) == data);  // now through non-temporal stores
+  }
+  {
+    std::shared_ptr<StoresChoice> stores[2] = {std::make_shared<StoresChoice>(Mode::automatic, slow_clock),
+                                               std::make_shared<StoresChoice>(Mode::automatic, slow_clock)};
+    stores[0]->set_machine(5, 2);
+    TwoShmRanks ranks(stores);
+    EXPECT_TRUE(ranks.send(0, data) == data);
+    EXPECT_TRUE(ranks.send(0, data) == data);
+    EXPECT_FALSE(stores[0]->streaming()) << "the round trip decides: no copy is timed";
+  }
 }
 
 // The round trip between two CPUs (core_probe.h), polled for up to `seconds`: 0 if none came.

@@ -150,18 +150,14 @@ size_t scratch_setting();
 size_t slot_bytes(size_t scratch);
 size_t slot_bytes(ShmGroup& g);
 inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderBytes + kSmallArea + s * slot_bytes(g); }
-// Whether this rank's copies into its scratch follow the measured round trip (transport/stores.h,
-// by_probe) rather than its own copies' times.
-inline bool stores_by_probe(Ctx& c, ShmGroup& g) { return by_probe(c.ways().stores().mode(), c.size, g.cores()); }
-
 // Whether this rank's copies into its scratch take non-temporal stores now.
-inline bool streams(Ctx& c) { return shoal::streams(c.ways().stores(), stores_by_probe(c, *c.shm())); }
+inline bool streams(Ctx& c) { return shoal::streams(c.ways().stores()); }
 
 // dst = src into this rank's scratch for the others to read, with the stores transport/stores.h
 // chooses.
 inline void copy_in(Ctx& c, void* dst, const void* src, size_t n) {
   ShmGroup& g = *c.shm();
-  copy_for_readers(c.ways().stores(), stores_by_probe(c, g), c.ways().scratch_pages(), g.scratch(c.rank),
+  copy_for_readers(c.ways().stores(), c.ways().scratch_pages(), g.scratch(c.rank),
                    g.scratch_bytes(), dst, src, n);
 }
 

@@ -16,7 +16,7 @@ namespace shoal {
 
 ShmPeers::ShmPeers(int rank, std::string host_id, std::string group_id, std::vector<int> local, size_t ring,
                    size_t scratch, bool single_copy, uint64_t nonce, std::shared_ptr<StoresChoice> stores,
-                   int machine_ranks, int machine_cpus, std::vector<ShmSegment>& segs)
+                   std::vector<ShmSegment>& segs)
     : rank_(rank),
       host_id_(std::move(host_id)),
       group_id_(std::move(group_id)),
@@ -26,7 +26,6 @@ ShmPeers::ShmPeers(int rank, std::string host_id, std::string group_id, std::vec
       single_copy_(single_copy),
       nonce_(nonce),
       stores_(std::move(stores)),
-      stores_by_probe_(by_probe(stores_->mode(), machine_ranks, machine_cpus)),
       segs_(segs) {}
 
 int ShmPeers::slot_of(int r) const {
@@ -82,8 +81,7 @@ void ShmPeers::agreed(const std::vector<std::string>& reach, const std::vector<b
 }
 
 std::unique_ptr<Link> ShmPeers::connect(int r) {
-  return std::make_unique<ShmLink>(rank_, r, slot_of(rank_), slot_of(r), segs_[rank_], segs_[r], stores_,
-                                   stores_by_probe_);
+  return std::make_unique<ShmLink>(rank_, r, slot_of(rank_), slot_of(r), segs_[rank_], segs_[r], stores_);
 }
 
 // ---- TCP -----------------------------------------------------------------------------------------

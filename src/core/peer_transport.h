@@ -44,12 +44,10 @@ class ShmPeers final : public PeerTransport {
   // `segs` (by rank) receives this rank's segment and those of the peers it keeps; `local` is the
   // ranks of this host, in rank order (a rank's slot in the rings is its index there); `nonce`, a
   // random number, tells this group's segment from a stale one of the same name; `stores` is this
-  // rank's choice of stores for its scratch (transport/stores.h), whose mode the rings' choices
-  // take and which they turn non-temporal stores on for, and `machine_ranks` ranks of this machine
-  // run on `machine_cpus` CPUs between them (by_probe).
+  // rank's choice of stores for its scratch (transport/stores.h), whose settings the rings'
+  // choices take and which they turn non-temporal stores on for.
   ShmPeers(int rank, std::string host_id, std::string group_id, std::vector<int> local, size_t ring, size_t scratch,
-           bool single_copy, uint64_t nonce, std::shared_ptr<StoresChoice> stores, int machine_ranks, int machine_cpus,
-           std::vector<ShmSegment>& segs);
+           bool single_copy, uint64_t nonce, std::shared_ptr<StoresChoice> stores, std::vector<ShmSegment>& segs);
   const char* name() const override { return "shm"; }
   std::string prepare(const std::vector<bool>& wanted) override;
   char can_connect(int r, const std::string& info) override;
@@ -67,7 +65,6 @@ class ShmPeers final : public PeerTransport {
   bool single_copy_;
   uint64_t nonce_;
   std::shared_ptr<StoresChoice> stores_;
-  bool stores_by_probe_;
   std::vector<ShmSegment>& segs_;
   bool single_copy_all_ = false;
 };

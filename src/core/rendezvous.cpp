@@ -307,6 +307,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
   topo.machine_ranks = static_cast<int>(machine_cpus.size());
   topo.machine_cpus = cpus_in_union(machine_cpus);
   engine.set_cpus(topo.machine_ranks, topo.machine_cpus);
+  topo.ways.stores().set_machine(topo.machine_ranks, topo.machine_cpus);
 
   TcpConfig cfg;
   cfg.rank = rank;
@@ -362,7 +363,7 @@ Topology rendezvous(Store& store, Engine& engine, const Options& opts, const std
     uint64_t nonce;
     random_bytes(reinterpret_cast<uint8_t*>(&nonce), sizeof nonce);
     shm = std::make_shared<ShmPeers>(rank, me, short_id, local, sizes.ring, sizes.scratch, opts.single_copy, nonce,
-                                     topo.ways.shared_stores(), topo.machine_ranks, topo.machine_cpus, topo.segs);
+                                     topo.ways.shared_stores(), topo.segs);
     transports.push_back(shm);
   }
   if (opts.transport != TransportKind::shm) {

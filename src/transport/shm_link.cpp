@@ -23,7 +23,7 @@ void copy_out(uint8_t* dst, const uint8_t* ring, uint64_t cap, uint64_t pos, uin
 }  // namespace
 
 ShmLink::ShmLink(int rank, int peer, int my_slot, int peer_slot, const ShmSegment& mine, const ShmSegment& theirs,
-                 std::shared_ptr<StoresChoice> scratch_stores, bool by_probe)
+                 std::shared_ptr<StoresChoice> scratch_stores)
     : rank_(rank),
       peer_(peer),
       peer_ctl_(theirs.control()),
@@ -34,8 +34,7 @@ ShmLink::ShmLink(int rank, int peer, int my_slot, int peer_slot, const ShmSegmen
       self_ctl_(mine.control()),
       cap_(mine.control()->ring_bytes),
       scratch_stores_(std::move(scratch_stores)),
-      stores_(scratch_stores_->mode()),
-      by_probe_(by_probe) {
+      stores_(StoresChoice::same_settings(*scratch_stores_)) {
   out_head_ = out_->head.load(std::memory_order_relaxed);
   out_tail_seen_ = out_->tail.load(std::memory_order_relaxed);
   in_tail_ = in_->tail.load(std::memory_order_relaxed);
@@ -47,7 +46,7 @@ void ShmLink::copy_in(uint64_t pos, const uint8_t* src, uint64_t n) {
     // Shorter copies take ordinary stores whatever the choice (copy_streaming's rule), untimed.
     static_assert(StoresChoice::kTimedBytes >= kStreamingMinBytes, "shorter copies would be timed");
     if (len < kStreamingMinBytes) return copy_bytes(dst, from, len);
-    copy_for_readers(stores_, by_probe_, pages_, out_data_, cap_, dst, from, len, scratch_stores_.get());
+    copy_for_readers(stores_, pages_, out_data_, cap_, dst, from, len, scratch_stores_.get());
   };
   copy(out_data_ + off, src, first);
   if (n > first) copy(out_data_, src + first, n - first);

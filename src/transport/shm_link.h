@@ -17,11 +17,10 @@ class ShmLink : public Link {
  public:
   // `mine` is this rank's segment, `theirs` the peer's (mapped here); `my_slot` and `peer_slot`
   // the two ranks' ring slots (their places among the ranks of the host); copies into the ring
-  // store as a choice of this link's decides (stores.h), in the mode of the rank's choice for its
-  // scratch, `scratch_stores`, which takes non-temporal stores when the link's choice does;
-  // `by_probe`: by_probe()'s answer.
+  // store as a choice of this link's decides (stores.h), with the settings of the rank's choice
+  // for its scratch, `scratch_stores`, which takes non-temporal stores when the link's choice does.
   ShmLink(int rank, int peer, int my_slot, int peer_slot, const ShmSegment& mine, const ShmSegment& theirs,
-          std::shared_ptr<StoresChoice> scratch_stores, bool by_probe);
+          std::shared_ptr<StoresChoice> scratch_stores);
   void post(Request* r) override;
   bool progress() override;
   bool busy() const override { return !sends_.empty() || !recvs_.empty(); }
@@ -55,7 +54,6 @@ class ShmLink : public Link {
   std::deque<Request*> sends_, recvs_;
   std::shared_ptr<StoresChoice> scratch_stores_;
   StoresChoice stores_;  // for the copies into out_data_
-  bool by_probe_;
   FreshPages pages_;  // of out_data_
 };
 

@@ -11,7 +11,7 @@
 namespace shoal {
 namespace {
 
-inline uint64_t now_ns() {
+uint64_t steady_ns() {
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
 }
@@ -25,13 +25,14 @@ StoresChoice::Mode stores_setting() {
                             : StoresChoice::Mode::automatic;
 }
 
-bool streams(const StoresChoice& s, bool probe) {
-  return probe ? core_round_trip_ns() >= StoresChoice::kFarRoundTripNs : s.streaming();
+bool streams(const StoresChoice& s) {
+  return s.by_round_trip() ? core_round_trip_ns() >= StoresChoice::kFarRoundTripNs : s.streaming();
 }
 
-void copy_for_readers(StoresChoice& s, bool probe, FreshPages& pages, const uint8_t* area, size_t area_bytes, void* dst,
+void copy_for_readers(StoresChoice& s, FreshPages& pages, const uint8_t* area, size_t area_bytes, void* dst,
                       const void* src, size_t n, StoresChoice* also) {
-  if (probe) return (streams(s, true) ? copy_streaming : copy_bytes)(dst, src, n);
+  if (s.by_round_trip()) return (streams(s) ? copy_streaming : copy_bytes)(dst, src, n);
+  const StoresChoice::Clock now_ns = s.clock() ? s.clock() : steady_ns;
   if (s.streaming()) {
     copy_streaming(dst, src, n);
     // Counted from the length at which copy_streaming stores non-temporally.

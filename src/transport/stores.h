@@ -16,7 +16,7 @@
 //
 // So in `automatic` a rank times its ordinary copies in, kSampleBytes of them at a time (with
 // more ranks than cores a writer's readers sit on either core, and its single copies cost either;
-// with more than two ranks a core a measured round trip decides instead: by_probe below):
+// with more than two ranks a core a measured round trip decides instead: set_machine below):
 // once kWindow samples in a row cost more than kFarNsPerKiB it takes non-temporal stores. A copy into pages of an area written for
 // the first time is not timed: it pays for mapping them (~1.5 µs a page on our VMs). What a
 // non-temporal copy costs says nothing of the cores, nor does an ordinary one into lines the
@@ -44,23 +44,40 @@ class StoresChoice {
   enum class Mode : uint8_t { automatic, cached, streaming };
   static constexpr size_t kTimedBytes = size_t(16) << 10;  // shorter ordinary copies are not timed
   static constexpr uint32_t kFarNsPerKiB = 300;
-  static constexpr uint32_t kFarRoundTripNs = 300;  // core_probe.h's, where it decides (by_probe)
+  static constexpr uint32_t kFarRoundTripNs = 300;  // core_probe.h's, where it decides (set_machine)
   static constexpr size_t kSampleBytes = size_t(256) << 10;  // timed copies are judged by this much at a time
   static constexpr int kWindow = 2;
   static constexpr uint32_t kRetryCopies = 64;
   static constexpr uint64_t kRetryNs = 1000000000;
 
-  explicit StoresChoice(Mode m = Mode::cached) : mode_(m) {}
+  // What timed copies read as the time, ns (the steady clock where none is given: tests give one).
+  using Clock = uint64_t (*)();
+
+  explicit StoresChoice(Mode m = Mode::cached, Clock clock = nullptr) : mode_(m), clock_(clock) {}
   // Not copied: a copy would lose what the choice has learned. Whoever needs it holds it
   // (algo::Ways by shared_ptr, which the rings share).
   StoresChoice(const StoresChoice&) = delete;
   StoresChoice& operator=(const StoresChoice&) = delete;
+  // A choice of its own with the settings of `other` (mode, round trip, clock), learning afresh:
+  // a ring's, from the rank's choice for its scratch.
+  static StoresChoice same_settings(const StoresChoice& other) {
+    return StoresChoice(other.mode_, other.clock_, other.by_round_trip_);
+  }
 
   Mode mode() const { return mode_; }
+  Clock clock() const { return clock_; }
+
+  // `ranks` of this machine run on `cores`. With more than two ranks a core, a writer's readers sit
+  // on every core, and what its copies cost tells the state too little (judged by them, 8 ranks on
+  // 2 cores ran 1.07-1.26x slower than ordinary stores in the near state; BENCHMARKS.md, "Choosing
+  // the stores as the op runs"): `automatic` then follows the cache-line round trip that
+  // core_probe.h measures instead, and times no copies.
+  void set_machine(int ranks, int cores) { by_round_trip_ = mode_ == Mode::automatic && ranks > 2 * cores; }
+  bool by_round_trip() const { return by_round_trip_; }
   // Whether copies in take non-temporal stores now.
   bool streaming() const { return streaming_.load(std::memory_order_relaxed); }
   // Whether ordinary copies in are timed (then pass each to timed()).
-  bool learning() const { return mode_ == Mode::automatic && !streaming(); }
+  bool learning() const { return mode_ == Mode::automatic && !by_round_trip_ && !streaming(); }
 
   // What an ordinary copy of `bytes` (at least kTimedBytes) into shared memory took, at time `now`
   // (ns, steady clock). True where that turned non-temporal stores on; then `also` (a ring's
@@ -113,7 +130,11 @@ class StoresChoice {
   }
 
  private:
+  StoresChoice(Mode m, Clock clock, bool by_round_trip) : mode_(m), clock_(clock), by_round_trip_(by_round_trip) {}
+
   Mode mode_;
+  Clock clock_;
+  bool by_round_trip_ = false;  // set before the first copy (set_machine)
   // Relaxed atomics: one communicator's ops run one at a time, but not always on one thread (the
   // plain fields rely on the one at a time: the scratch's choice is also written by the rings'
   // copies, which run only on the thread that holds the engine, as the ops do).
@@ -159,23 +180,14 @@ class FreshPages {
 // The mode SHOAL_DIRECT_STORES sets (`auto`, the default: automatic).
 StoresChoice::Mode stores_setting();
 
-// Whether `automatic` stores follow the cache-line round trip that core_probe.h measures, rather
-// than the writer's own copies: with more than two ranks a core (`ranks` of this machine on
-// `cores`), a writer's readers sit on every core, and what its copies cost tells the state too
-// little (judged by them, 8 ranks on 2 cores ran 1.07-1.26x slower than ordinary stores in the
-// near state; BENCHMARKS.md, "Choosing the stores as the op runs").
-inline bool by_probe(StoresChoice::Mode m, int ranks, int cores) {
-  return m == StoresChoice::Mode::automatic && ranks > 2 * cores;
-}
-
-// Whether copies in with `s` take non-temporal stores now (`probe`: by_probe's answer).
-bool streams(const StoresChoice& s, bool probe);
+// Whether copies in with `s` take non-temporal stores now.
+bool streams(const StoresChoice& s);
 
 // dst = src (n bytes, no overlap), into this rank's shared memory for others ([area, area +
 // area_bytes): its scratch, or a ring, whose written pages `pages` keeps), with the stores `s`
-// chooses (`probe`: by_probe's answer), timing the ordinary ones it learns from. Where this copy
-// turns non-temporal stores on, `also` (a ring's copy: the rank's scratch choice) takes them too.
-void copy_for_readers(StoresChoice& s, bool probe, FreshPages& pages, const uint8_t* area, size_t area_bytes, void* dst,
+// chooses, timing the ordinary ones it learns from. Where this copy turns non-temporal stores on,
+// `also` (a ring's copy: the rank's scratch choice) takes them too.
+void copy_for_readers(StoresChoice& s, FreshPages& pages, const uint8_t* area, size_t area_bytes, void* dst,
                       const void* src, size_t n, StoresChoice* also = nullptr);
 
 }  // namespace shoal
