@@ -15,7 +15,7 @@
 # BENCH_PEER=ompi measures shoal against Open MPI instead: one run per case (`--vs ompi`, with
 # BENCH_NEW_ENV), whose Open MPI times are the old side and shoal's the new, under one round trip.
 set -euo pipefail
-[ $# -eq 3 ] || { sed -n '2,14p' "$0"; exit 2; }
+[ $# -eq 3 ] || { sed -n '2,16p' "$0"; exit 2; }
 seconds=$1 cases=$2 sizes=$3
 bench=${BENCH:-build/shoal-bench}
 probe=$(mktemp)

@@ -363,6 +363,10 @@ def _rank(rank, p, cfg):
     try:
         ctl = dist.group.WORLD
         groups = {b: _make_group(b, rank, p) for b in cfg["backends"]}
+        dist.barrier()  # every rank has mapped DeepSpeed's segments: their names may go
+        for g in groups.values():
+            if isinstance(g, DeepSpeedShm):
+                g.unlink_name()
         out = {"rows": _bench_ops(rank, p, groups, ctl, cfg)}
         if cfg["ddp"]:
             out["ddp"] = _bench_ddp(rank, p, groups, ctl, cfg)

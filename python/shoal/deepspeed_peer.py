@@ -7,7 +7,8 @@ It needs ``pip install deepspeed`` (0.19.8 installs from PyPI without changing t
 use compiles DeepSpeed's ``shm.cpp`` with torch's extension builder (about a minute; cached under
 ``~/.cache/torch_extensions``). Only all_reduce of float32, bfloat16 and float16 exists there; its
 float32 kernel needs AVX2. Its waits spin without yielding: with more ranks than cores each call
-takes milliseconds.
+takes milliseconds. DeepSpeed never removes the names of its segments (~66 MiB a rank in
+``/dev/shm``): the bench removes each rank's once every rank has mapped them (``unlink_name``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,17 @@ class DeepSpeedShm:
         if self._mod.vector_kernel_level() < 1:
             raise RuntimeError("DeepSpeed's shm allreduce needs AVX2 for float32; this CPU has none")
         self._mod.initialize(size, rank)
+        # shm.cpp's name for this rank's segment: its prefix, uid, MASTER_ADDR, MASTER_PORT, rank.
+        self._name = "deepspeed_allreduce_buffer_{}_{}_{}_{}".format(
+            os.getuid(), os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT"), rank)
+
+    def unlink_name(self) -> None:
+        """Removes the name of this rank's segment (the mappings stay). Only once every rank has
+        made its DeepSpeedShm: a rank still starting waits for the names of the others'."""
+        try:
+            os.unlink(os.path.join("/dev/shm", self._name))
+        except FileNotFoundError:
+            pass
 
     def all_reduce(self, t) -> None:
         import torch

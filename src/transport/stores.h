@@ -38,7 +38,8 @@
 
 namespace shoal {
 
-// The choice, apart from copying and clocks, so that tests can drive it with chosen times.
+// The choice, apart from copying, so that tests can drive it with chosen times (timed, streamed)
+// or a clock of their own (copy_for_readers reads the choice's clock).
 class StoresChoice {
  public:
   enum class Mode : uint8_t { automatic, cached, streaming };
@@ -80,7 +81,7 @@ class StoresChoice {
   bool learning() const { return mode_ == Mode::automatic && !by_round_trip_ && !streaming(); }
 
   // What an ordinary copy of `bytes` (at least kTimedBytes) into shared memory took, at time `now`
-  // (ns, steady clock). True where that turned non-temporal stores on; then `also` (a ring's
+  // (ns, the choice's clock). True where that turned non-temporal stores on; then `also` (a ring's
   // copy: the rank's choice for its scratch) takes them too (stream_from).
   bool timed(size_t bytes, uint64_t ns, uint64_t now, StoresChoice* also = nullptr) {
     if (!learning()) return false;

@@ -59,9 +59,12 @@ def _bench(tmp_path, *args, env=None):
 def test_deepspeed_peer(tmp_path):
     """DeepSpeed's shm allreduce beside shoal: timed and checked for all_reduce, '-' for the rest."""
     pytest.importorskip("deepspeed")
+    segments = lambda: {f for f in os.listdir("/dev/shm") if f.startswith("deepspeed_allreduce_buffer_")}
+    before = segments()
     r, res = _bench(tmp_path, "--backends", "shoal,deepspeed", "--ops", "all_reduce,broadcast",
                     "-b", "8", "-e", "512K", "-f", "256")
     assert r.returncode == 0, r.stdout + r.stderr
+    assert segments() - before == set(), "DeepSpeed's segments left in /dev/shm"
     assert "deepspeed/shoal" in r.stdout
     rows = res["rows"]
     assert [(x["op"], x["bytes"]) for x in rows] == [(op, s) for op in ("all_reduce", "broadcast")
