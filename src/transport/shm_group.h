@@ -40,12 +40,10 @@ class ShmGroup {
   // Single copy (transport/cma.h): whether every rank may read every other rank's memory, as the
   // probe found when the group formed (SHOAL_CMA=0 turns it off); the same answer on every rank.
   virtual bool single_copy() const = 0;
-  // The CPUs the ranks of this machine may run on between them (the union of their affinities,
-  // base/cpus.h): the same number on every rank, for choices the ranks must agree on (whether
-  // each rank has a core of its own).
-  virtual int cores() const = 0;
-  // Whether the group's ranks outnumber cores(). Then a rank that waits hands its core over at
-  // once rather than polling first: the rank it waits for may be queued behind it on that core.
+  // Whether the group's ranks outnumber the CPUs the ranks of this machine may run on between them
+  // (the union of their affinities, base/cpus.h): the same answer on every rank, for choices the
+  // ranks must agree on. Then a rank that waits hands its core over at once rather than polling
+  // first: the rank it waits for may be queued behind it on that core.
   virtual bool shares_cores() const = 0;
   // Copies n bytes at `remote`, an address in rank r's process, into `local`, by one copy in the
   // kernel. Only where single_copy(); r keeps that memory unchanged until this rank says it is

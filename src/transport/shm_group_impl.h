@@ -27,7 +27,6 @@ class ShmGroupImpl : public ShmGroup {
   void wait(bool (*done)(void*), void* arg, int peer) override;
   void ring_peers() override;
   bool single_copy() const override { return single_copy_; }
-  int cores() const override { return cores_; }
   bool shares_cores() const override { return size() > cores_; }
   void read(int r, const void* remote, void* local, size_t n) override;
   void write(int r, const void* local, void* remote, size_t n) override;
