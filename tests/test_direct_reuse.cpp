@@ -75,7 +75,8 @@ TEST_P(DirectReuse, OutOfStepRanksNeverReadAnOverwrittenSlot) {
 
 // Every direct op with a small scratch area (so that 1, 2 and 3 chunks all occur: the closing
 // barrier is skipped after an odd number of chunks), back to back, ranks out of step; the
-// writers' copies into the scratch with the stores SHOAL_DIRECT_STORES says (src/algo/cost.h);
+// writers' copies into the scratch and the small ops' data areas with the stores
+// SHOAL_DIRECT_STORES says (src/algo/cost.h);
 // with `scratch_only`, broadcast, allgather, scatter and gather through the scratch at every size
 // (otherwise the measured costs take single copy for some).
 static void every_op_with_odd_and_even_chunk_counts(int n, const char* stores, bool scratch_only) {
@@ -89,10 +90,12 @@ static void every_op_with_odd_and_even_chunk_counts(int n, const char* stores, b
   run_ranks(n, cfg, [](Communicator& c) {
     std::mt19937 rng(99 + c.rank());
     const int p = c.size(), me = c.rank();
-    const size_t counts[] = {5, 20000, 50000, 90000};  // f32: up to ~3 chunks per block
+    // f32: up to ~3 chunks per block; 300 and 1500 put a small op's data in a data area
+    // (direct_small.cpp), whose copies take the stores chosen, as the chunks' do.
+    const size_t counts[] = {5, 300, 20000, 1500, 50000, 90000};
     std::vector<float> in, out;
     for (int iter = 0; iter < 135; ++iter) {
-      const size_t count = counts[(iter / 5) % 4];
+      const size_t count = counts[(iter / 5) % 6];
       if (rng() % 3 == 0) usleep(rng() % 200);
       const int kind = iter % 9, root = (iter / 9 + iter) % p;  // every op meets every root
       auto val = [&](int r, size_t i) { return static_cast<float>((r + 1) * (iter % 13 + 1) + static_cast<int>(i % 5)); };

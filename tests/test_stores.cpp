@@ -78,6 +78,91 @@ TEST(StoresChoice, ShortCopiesAreJudgedTogether) {
   EXPECT_TRUE(s.streaming());
 }
 
+// Copies shorter than kTimedBytes (a small op's data area, a short ring message) are timed one in
+// kShortTimedEvery from kShortTimedBytes, and never below it.
+TEST(StoresChoice, ShortCopiesAreTimedOneInSome) {
+  StoresChoice s(Mode::automatic);
+  int timed = 0;
+  for (uint32_t i = 0; i < 10 * StoresChoice::kShortTimedEvery; ++i) {
+    EXPECT_TRUE(s.times_copy(StoresChoice::kTimedBytes));
+    EXPECT_FALSE(s.times_copy(StoresChoice::kShortTimedBytes - 1));
+    timed += s.times_copy(i % 2 ? StoresChoice::kShortTimedBytes : StoresChoice::kTimedBytes - 1);
+  }
+  EXPECT_EQ(timed, 10);
+}
+
+// Each copy is judged by its length's threshold: a copy shorter than kShortBytes costs less per
+// KiB than a longer one in either state. Samples of 4 KiB copies at 250 ns per KiB are slow, of 8
+// KiB copies not.
+TEST(StoresChoice, ShortCopiesAreJudgedByTheirLengths) {
+  constexpr size_t k4 = 4096, k8 = StoresChoice::kShortBytes;
+  static_assert(StoresChoice::far_ns_per_kib(k4) < 250 && StoresChoice::far_ns_per_kib(k8) > 250);
+  static_assert(StoresChoice::far_ns_per_kib(k8 - 64) == StoresChoice::far_ns_per_kib(k4));
+  static_assert(StoresChoice::far_ns_per_kib(k8) == StoresChoice::kFarNsPerKiB);
+  auto samples = [](size_t len, uint64_t ns_per_kib) {
+    StoresChoice s(Mode::automatic);
+    bool on = false;
+    for (size_t b = 0; b < StoresChoice::kWindow * kBytes; b += len) on = s.timed(len, ns_per_kib * len / 1024, 1);
+    return on && s.streaming();
+  };
+  EXPECT_TRUE(samples(k4, 250));
+  EXPECT_FALSE(samples(k8, 250));
+  EXPECT_TRUE(samples(k8, StoresChoice::kFarNsPerKiB + 1));
+  EXPECT_TRUE(samples(k4, StoresChoice::kShortFarNsPerKiB + 1));
+  EXPECT_FALSE(samples(k4, StoresChoice::kShortFarNsPerKiB - 1));
+  // In one sample, each copy counts at its own threshold: half of the bytes in 4 KiB copies at
+  // 40 ns per KiB over theirs, half in 64 KiB ones at 30 under theirs: slow.
+  StoresChoice s(Mode::automatic);
+  for (int w = 0; w < StoresChoice::kWindow; ++w) {
+    for (size_t b = 0; b < kBytes / 2; b += k4) s.timed(k4, (StoresChoice::kShortFarNsPerKiB + 40) * 4, 1);
+    for (size_t b = 0; b < kBytes / 2; b += 65536) s.timed(65536, (StoresChoice::kFarNsPerKiB - 30) * 64, 1);
+  }
+  EXPECT_TRUE(s.streaming());
+}
+
+// copy_for_readers times copies as times_copy says, and not a copy into pages written for the
+// first time: of copies of kShortTimedBytes into pages written before, one in kShortTimedEvery
+// reads the clock (twice); of shorter ones, none. Enough slow ones turn non-temporal stores on.
+uint64_t g_counted_ns = 0;
+int g_clock_reads = 0;
+uint64_t counting_clock() {
+  ++g_clock_reads;
+  return g_counted_ns += 1000000;  // every copy is slow
+}
+TEST(StoresChoice, CopiesInAreTimedAsTheChoiceSays) {
+  constexpr size_t kShort = StoresChoice::kShortTimedBytes;
+  std::vector<uint8_t> src(kShort, 1), area(16 * kShort);
+  StoresChoice s(Mode::automatic, counting_clock);
+  FreshPages pages;
+  for (size_t at = 0; at < area.size(); at += kShort) pages.first_touch(area.data(), area.size(), area.data() + at, kShort);
+  g_clock_reads = 0;
+  for (uint32_t i = 0; i < 4 * StoresChoice::kShortTimedEvery; ++i)
+    copy_for_readers(s, pages, area.data(), area.size(), area.data() + (i % 16) * kShort, src.data(), kShort - 1);
+  EXPECT_EQ(g_clock_reads, 0) << "copies shorter than kShortTimedBytes are not timed";
+  const uint32_t copies = StoresChoice::kWindow * StoresChoice::kSampleBytes / kShort * StoresChoice::kShortTimedEvery;
+  for (uint32_t i = 0; i < copies; ++i) {
+    copy_for_readers(s, pages, area.data(), area.size(), area.data() + (i % 16) * kShort, src.data(), kShort);
+    ASSERT_EQ(g_clock_reads, static_cast<int>(2 * ((i + 1) / StoresChoice::kShortTimedEvery))) << i;
+    ASSERT_EQ(s.streaming(), i + 1 == copies) << i;
+  }
+  EXPECT_EQ(area[5 * kShort + 7], 1);
+}
+
+// A copy that copy_in may make without the choice's bookkeeping: shorter than any timed copy,
+// while the choice neither streams nor follows the round trip.
+TEST(StoresChoice, OnlyUntimedOrdinaryCopiesArePlain) {
+  constexpr size_t kShort = StoresChoice::kShortTimedBytes;
+  StoresChoice learning(Mode::automatic), cached(Mode::cached), streaming(Mode::streaming), by_trip(Mode::automatic);
+  by_trip.set_machine(8, 2);
+  EXPECT_TRUE(learning.plain_copy(kShort - 1));
+  EXPECT_FALSE(learning.plain_copy(kShort));
+  EXPECT_TRUE(cached.plain_copy(kShort - 1));
+  EXPECT_FALSE(streaming.plain_copy(kStreamingFromBytes));
+  EXPECT_FALSE(by_trip.plain_copy(kStreamingFromBytes));
+  learning.stream_from(1);
+  EXPECT_FALSE(learning.plain_copy(kStreamingFromBytes));
+}
+
 TEST(StoresChoice, TriesOrdinaryStoresAgainAfterASecondAndEnoughCopies) {
   const uint64_t t0 = 5 * kSecond;
   StoresChoice s(Mode::automatic);
@@ -185,7 +270,8 @@ TEST(StoresChoice, TheSettingPicksTheMode) {
 // (automatic: once learning, once streaming): the bytes arrive whole, and nothing past them is
 // written.
 TEST(StoresChoice, CopiesInEveryByteWhicheverStores) {
-  const size_t lens[] = {0, 1, 63, 4095, 4096, 4097, StoresChoice::kTimedBytes - 1, StoresChoice::kTimedBytes,
+  const size_t lens[] = {0, 1, 63, 64, kStreamingFromBytes - 1, kStreamingFromBytes, kStreamingFromBytes + 33, 4095,
+                         4096, 4097, 8191, StoresChoice::kTimedBytes - 1, StoresChoice::kTimedBytes,
                          StoresChoice::kTimedBytes + 1, StoresChoice::kTimedBytes + 4096 + 3, 3 * kBytes + 17};
   std::vector<uint8_t> src(3 * kBytes + 64), dst(src.size() + 128);
   std::iota(src.begin(), src.end(), uint8_t(7));
@@ -197,7 +283,7 @@ TEST(StoresChoice, CopiesInEveryByteWhicheverStores) {
       if (pass == 3) {
         ASSERT_TRUE(stream_from(s, 1));
       }
-      ASSERT_EQ(s.learning(), pass == 2);  // pass 2 times its copies of kTimedBytes and more
+      ASSERT_EQ(s.learning(), pass == 2);  // pass 2 times its copies from kShortTimedBytes
       for (size_t n : lens) {
         std::fill(dst.begin(), dst.end(), uint8_t(0xEE));
         copy_for_readers(s, pages, dst.data(), dst.size(), dst.data() + off, src.data() + 3, n);

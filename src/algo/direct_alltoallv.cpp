@@ -73,7 +73,8 @@ void alltoallv_direct(Ctx& c, const void* in, const std::vector<size_t>& send_co
   table[2 * p] = placed;
   for (int j = 0, at = 0; j < p; ++j) {
     if (j == r) continue;
-    if (placed == kWithTable) copy_bytes(mine + tb + at, u8(in) + sb.off[j], sb.len[j]), at += static_cast<int>(sb.len[j]);
+    // The blocks' copies into the data area take the stores chosen, as the small ops' do (copy_in).
+    if (placed == kWithTable) copy_in(c, mine + tb + at, u8(in) + sb.off[j], sb.len[j]), at += static_cast<int>(sb.len[j]);
     if (placed == kInSlot) copy_in(c, slot(g, r, first_slot) + j * piece, u8(in) + sb.off[j], sb.len[j]);
   }
   small_publish(c, s);

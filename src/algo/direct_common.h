@@ -72,6 +72,8 @@ inline constexpr int kDoneEvery = 8;
 static_assert(kDoneEvery < kSmallDataSlots);
 inline constexpr size_t kSmallBytes = 8192;
 inline constexpr size_t kSmallLineBytes = 512;
+// Whether an op that puts `bytes` in a rank's slot puts them in a data area.
+inline bool in_data_area(size_t bytes) { return bytes > kSmallLineBytes; }
 inline constexpr size_t kSmallInlineBytes = 48;
 inline constexpr size_t kSmallArea = kSmallSlots * (size_t(64) + kSmallLineBytes) + kSmallDataSlots * kSmallBytes;
 // Per-rank bytes one pipeline chunk moves through scratch: the whole group touches about
@@ -156,9 +158,10 @@ inline bool streams(Ctx& c) { return shoal::streams(c.ways().stores()); }
 // dst = src into this rank's scratch for the others to read, with the stores transport/stores.h
 // chooses.
 inline void copy_in(Ctx& c, void* dst, const void* src, size_t n) {
+  StoresChoice& s = c.ways().stores();
+  if (s.plain_copy(n)) return copy_bytes(dst, src, n);
   ShmGroup& g = *c.shm();
-  copy_for_readers(c.ways().stores(), c.ways().scratch_pages(), g.scratch(c.rank),
-                   g.scratch_bytes(), dst, src, n);
+  copy_for_readers(s, c.ways().scratch_pages(), g.scratch(c.rank), g.scratch_bytes(), dst, src, n);
 }
 
 // ---- Streamed ops: pieces published as they land -------------------------------------------------

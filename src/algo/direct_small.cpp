@@ -47,8 +47,17 @@ SlotHead& head(ShmGroup& g, int r, uint64_t n) {
 uint8_t* slot_data(ShmGroup& g, int r, uint64_t n, size_t bytes) {
   if (bytes <= kSmallInlineBytes) return head(g, r, n).data;
   uint8_t* lines = g.scratch(r) + kHeaderBytes + kSmallSlots * sizeof(SlotHead);
-  if (bytes <= kSmallLineBytes) return lines + (n % kSmallSlots) * kSmallLineBytes;
+  if (!in_data_area(bytes)) return lines + (n % kSmallSlots) * kSmallLineBytes;
   return lines + kSmallSlots * kSmallLineBytes + (n % kSmallDataSlots) * kSmallBytes;
+}
+
+// n bytes of an op's data that takes `bytes` of the slot, from `src` to `dst` in this rank's slot.
+// A data area's copy takes the stores the group's choice takes (copy_in): its readers hold its
+// lines from the op before, and where they sit on a far core an ordinary store takes each line
+// back from there first. A head's or line area's few lines keep ordinary stores.
+void copy_to_slot(Ctx& c, size_t bytes, uint8_t* dst, const void* src, size_t n) {
+  if (in_data_area(bytes)) return copy_in(c, dst, src, n);
+  copy_bytes(dst, src, n);
 }
 
 // Wakes the peers that sleep (an awake peer costs a load of a line it rarely writes).
@@ -63,7 +72,7 @@ void publish_head(ShmGroup& g, int r, const Small& s) {
 
 // Whether a rank says now that it is done with op `s`, whose writers wrote at most `written`
 // bytes each (direct_common.h, kDoneEvery).
-bool says_done(const Small& s, size_t written) { return s.n % kDoneEvery == 0 || written > kSmallLineBytes; }
+bool says_done(const Small& s, size_t written) { return s.n % kDoneEvery == 0 || in_data_area(written); }
 
 // How many ops ahead a rank takes the lines of its own slot for writing (small_begin).
 constexpr uint64_t kPrefetchAhead = 8;
@@ -84,7 +93,7 @@ Small small_begin(Ctx& c, uint64_t sig, size_t bytes, bool ahead) {
       if (j != c.rank) m = std::min(m, done_word(g, j).load(std::memory_order_acquire));
     return m;
   };
-  const uint64_t depth = bytes <= kSmallLineBytes ? kSmallSlots : kSmallDataSlots;
+  const uint64_t depth = in_data_area(bytes) ? kSmallDataSlots : kSmallSlots;
   if (n > depth && h[4] < n - depth) {
     const uint64_t need = n - depth;  // every peer done with the op that used this slot last
     uint64_t m = least_done();
@@ -104,7 +113,7 @@ Small small_begin(Ctx& c, uint64_t sig, size_t bytes, bool ahead) {
     if (later > kSmallSlots && h[4] < later - kSmallSlots) h[4] = least_done();  // read again
     if (later <= kSmallSlots || h[4] >= later - kSmallSlots) {
       prefetch_for_write(&head(g, c.rank, later));
-      if (bytes > kSmallInlineBytes && bytes <= kSmallLineBytes) prefetch_for_write(slot_data(g, c.rank, later, bytes), bytes);
+      if (bytes > kSmallInlineBytes && !in_data_area(bytes)) prefetch_for_write(slot_data(g, c.rank, later, bytes), bytes);
     }
   }
   return Small{n, hash_mix(sig, n)};
@@ -170,7 +179,7 @@ void allreduce_small(Ctx& c, const void* in, void* out, size_t count, int root, 
   const bool writes = root < 0 || r != root;  // nobody reads a reduce's root's input
   const bool leaf = root >= 0 && r != root;    // reads nothing
   const Small s = small_begin(c, sig, writes ? n : 0, leaf);
-  if (writes) copy_bytes(small_data(c, s, n), in, n);
+  if (writes) copy_to_slot(c, n, small_data(c, s, n), in, n);
   if (leaf) return small_publish_done(c, s);
   small_publish(c, s);
   RankPtrs srcs(p);
@@ -190,7 +199,7 @@ void broadcast_small(Ctx& c, void* buf, size_t count, int root, uint64_t sig) {
   const size_t n = count * c.esize;
   const Small s = small_begin(c, sig, c.rank == root ? n : 0, c.rank == root);
   if (c.rank == root) {
-    copy_bytes(small_data(c, s, n), buf, n);
+    copy_to_slot(c, n, small_data(c, s, n), buf, n);
     return small_publish_done(c, s);
   }
   small_publish(c, s);
@@ -207,7 +216,7 @@ void gather_small_blocks(Ctx& c, const void* in, void* out, Off off, Len len, in
   const bool writes = root < 0 || r != root;  // nobody reads a gather's root's block
   const bool leaf = root >= 0 && r != root;    // reads nothing
   const Small s = small_begin(c, sig, writes ? len(r) : 0, leaf);
-  if (writes) copy_bytes(small_data(c, s, len(r)), in, len(r));
+  if (writes) copy_to_slot(c, len(r), small_data(c, s, len(r)), in, len(r));
   if (leaf) return small_publish_done(c, s);
   small_publish(c, s);
   copy_bytes(u8(out) + off(r), in, len(r));
@@ -241,8 +250,8 @@ void scatter_small(Ctx& c, const void* in, void* out, size_t count, int root, ui
   const Small s = small_begin(c, sig, c.rank == root ? others : 0, c.rank == root);
   if (c.rank == root) {
     uint8_t* slot = small_data(c, s, others);
-    copy_bytes(slot, in, before);
-    copy_bytes(slot + before, u8(in) + before + bs, others - before);
+    copy_to_slot(c, others, slot, in, before);
+    copy_to_slot(c, others, slot + before, u8(in) + before + bs, others - before);
     small_publish_done(c, s);
     return copy_bytes(out, u8(in) + before, bs);
   }
@@ -258,7 +267,7 @@ void reduce_scatter_small(Ctx& c, const void* in, void* out, size_t count, uint6
   const size_t bs = count * c.esize;
   const size_t all = bs * static_cast<size_t>(p);
   const Small s = small_begin(c, sig, all);
-  copy_bytes(small_data(c, s, all), in, all);
+  copy_to_slot(c, all, small_data(c, s, all), in, all);
   small_publish(c, s);
   RankPtrs srcs(p);
   for (int j = 0; j < p; ++j) srcs[j] = (j == r ? u8(in) : small_wait(c, j, s, all)) + static_cast<size_t>(r) * bs;
@@ -271,7 +280,7 @@ void alltoall_small(Ctx& c, const void* in, void* out, size_t count, uint64_t si
   const size_t bs = count * c.esize;
   const size_t all = bs * static_cast<size_t>(p);
   const Small s = small_begin(c, sig, all);
-  copy_bytes(small_data(c, s, all), in, all);  // before out is written: in may be out
+  copy_to_slot(c, all, small_data(c, s, all), in, all);  // before out is written: in may be out
   small_publish(c, s);
   if (in != out) copy_bytes(u8(out) + static_cast<size_t>(r) * bs, u8(in) + static_cast<size_t>(r) * bs, bs);
   for (int j = 0; j < p; ++j)

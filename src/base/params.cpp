@@ -88,13 +88,14 @@ const std::vector<Param> kParams = {
      "`auto`"},
     {"SHOAL_DIRECT_STORES", Kind::choice, 0, 0, "auto,cached,streaming",
      "how a rank writes data for others into shared memory, its scratch area (every op on one host above 8 KiB that "
-     "goes through the scratch) and its rings (every send on one host of 4 KiB or more): `cached` (ordinary stores), "
-     "`streaming` (non-temporal stores, to memory: "
+     "goes through the scratch, and the data of smaller ops of more than 512 B) and its rings (every send on one host of 4 "
+     "KiB or more): `cached` (ordinary stores), `streaming` (non-temporal stores, to memory, from 512 B: "
      "faster where ranks sit on different core complexes of an AMD EPYC, slower where cores share a cache) or "
-     "`auto` (ordinary stores, timed, until they cost more than 300 ns per KiB: then non-temporal ones, until a "
+     "`auto` (ordinary stores, timed, each copy from 16 KiB and one in eight from 4 KiB, until they cost more "
+     "than 300 ns per KiB, or 190 for copies under 8 KiB: then non-temporal ones, until a "
      "second and 64 of those copies have passed; with more than two ranks a core, non-temporal ones while a "
      "cache-line round trip between two CPUs, measured once a second, takes 300 ns or more; "
-     "`BENCHMARKS.md`, \"Choosing the stores as the op runs\")",
+     "`BENCHMARKS.md`, \"Choosing the stores as the op runs\" and \"Short copies where the cores sit far apart\")",
      "`auto`"},
     {"SHOAL_TIMEOUT", Kind::seconds, 0.001, 1e9, nullptr, "deadline of every op, seconds", "300"},
     {"SHOAL_TCP_STREAMS", Kind::integer, 1, 64, nullptr,

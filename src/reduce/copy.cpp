@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -90,9 +91,11 @@ void set_bounce_for_testing(int forced) { bounce_forced.store(forced, std::memor
 
 // The kernel level decides, so that SHOAL_SIMD=scalar also runs (and tests) the plain copy of a
 // CPU without AVX2.
-void copy_streaming(void* dst, const void* src, size_t n) {
+void copy_streaming(void* dst, const void* src, size_t n) { copy_streaming_from(kStreamingMinBytes, dst, src, n); }
+
+void copy_streaming_from(size_t from, void* dst, const void* src, size_t n) {
   if (n == 0) return;  // src may be null
-  if (n < kStreamingMinBytes || reduce_impl::current_level() < reduce_impl::SimdLevel::avx2) {
+  if (n < std::max<size_t>(from, 64) || reduce_impl::current_level() < reduce_impl::SimdLevel::avx2) {
     copy_bytes(dst, src, n);
     return;
   }

@@ -53,12 +53,14 @@ inline void copy_bytes(void* dst, const void* src, size_t n) {
 // (output_copy, algo/common.h).
 inline constexpr size_t kStreamingOutputBytes = size_t(8) << 20;
 
-// copy_streaming copies shorter than this with ordinary stores.
+// copy_streaming copies shorter than this with ordinary stores, unless told a shorter length.
 inline constexpr size_t kStreamingMinBytes = 4096;
 
 // dst = src (n bytes, no overlap) with non-temporal stores where the kernel level in use
 // (reduce.h: the CPU's, or SHOAL_SIMD) has them, from kStreamingMinBytes; ends with a store fence
 // so the data is visible to other processes like an ordinary store.
 void copy_streaming(void* dst, const void* src, size_t n);
+// copy_streaming with non-temporal stores from `from` bytes (at least 64).
+void copy_streaming_from(size_t from, void* dst, const void* src, size_t n);
 
 }  // namespace shoal

@@ -31,14 +31,15 @@ bool streams(const StoresChoice& s) {
 
 void copy_for_readers(StoresChoice& s, FreshPages& pages, const uint8_t* area, size_t area_bytes, void* dst,
                       const void* src, size_t n, StoresChoice* also) {
-  if (s.by_round_trip()) return (streams(s) ? copy_streaming : copy_bytes)(dst, src, n);
+  const auto stream = [&] { copy_streaming_from(kStreamingFromBytes, dst, src, n); };
+  if (s.by_round_trip()) return streams(s) ? stream() : copy_bytes(dst, src, n);
   const StoresChoice::Clock now_ns = s.clock() ? s.clock() : steady_ns;
   if (s.streaming()) {
-    copy_streaming(dst, src, n);
-    // Counted from the length at which copy_streaming stores non-temporally.
-    if (n >= kStreamingMinBytes && s.mode() == StoresChoice::Mode::automatic && s.streamed(now_ns()))
+    stream();
+    // Counted from the length at which the copy stores non-temporally.
+    if (n >= kStreamingFromBytes && s.mode() == StoresChoice::Mode::automatic && s.streamed(now_ns()))
       SHOAL_LOG(debug, "copies into shared memory try ordinary stores again");
-  } else if (n >= StoresChoice::kTimedBytes && s.learning() &&
+  } else if (s.learning() && s.times_copy(n) &&
              !pages.first_touch(area, area_bytes, static_cast<const uint8_t*>(dst), n)) {
     const uint64_t t0 = now_ns();
     copy_bytes(dst, src, n);

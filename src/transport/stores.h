@@ -1,6 +1,7 @@
 // How a rank writes the data it copies into shared memory for another rank to read: into its
-// scratch slots (every direct op above the small protocol, where it goes through the scratch) and
-// into its rings to its peers (shm_link.h: every send, and so the pairwise all-to-all and the
+// scratch slots (every direct op above the small protocol, where it goes through the scratch), into
+// the small protocol's data areas (algo/direct_small.cpp: more than 512 B, up to 8 KiB) and into its rings to its
+// peers (shm_link.h: every send, and so the pairwise all-to-all and the
 // ring algorithms). Ordinary stores, or non-temporal ones that go to memory.
 //
 // An ordinary store to a line that a reader's core still holds from the last op first takes the
@@ -17,8 +18,8 @@
 // So in `automatic` a rank times its ordinary copies in, kSampleBytes of them at a time (with
 // more ranks than cores a writer's readers sit on either core, and its single copies cost either;
 // with more than two ranks a core a measured round trip decides instead: set_machine below):
-// once kWindow samples in a row cost more than kFarNsPerKiB it takes non-temporal stores. A copy into pages of an area written for
-// the first time is not timed: it pays for mapping them (~1.5 µs a page on our VMs). What a
+// once kWindow samples in a row cost more than their copies' lengths at far_ns_per_kib it takes
+// non-temporal stores. A copy into pages of an area written for the first time is not timed: it pays for mapping them (~1.5 µs a page on our VMs). What a
 // non-temporal copy costs says nothing of the cores, nor does an ordinary one into lines the
 // readers no longer hold (cheap in either state, the readers then fetching the data from the far
 // cache), so once kRetryNs have passed and kRetryCopies non-temporal copies were made, it tries
@@ -43,8 +44,19 @@ namespace shoal {
 class StoresChoice {
  public:
   enum class Mode : uint8_t { automatic, cached, streaming };
-  static constexpr size_t kTimedBytes = size_t(16) << 10;  // shorter ordinary copies are not timed
+  static constexpr size_t kTimedBytes = size_t(16) << 10;  // ordinary copies this long are all timed
   static constexpr uint32_t kFarNsPerKiB = 300;
+  // Shorter ones from kShortTimedBytes (the small ops' data areas, a ring's short messages, a
+  // chunked op's short pieces) are timed one in kShortTimedEvery: two clock reads cost a near
+  // 4 KiB small op ~7%.
+  static constexpr size_t kShortTimedBytes = size_t(4) << 10;
+  static constexpr uint32_t kShortTimedEvery = 8;
+  // Copies shorter than kShortBytes are slow above kShortFarNsPerKiB: they cost less per KiB in
+  // either state (BENCHMARKS.md, "Short copies where the cores sit far apart").
+  static constexpr size_t kShortBytes = size_t(8) << 10;
+  static constexpr uint32_t kShortFarNsPerKiB = 190;
+  // An ordinary copy of `bytes` is slow above this.
+  static constexpr uint32_t far_ns_per_kib(size_t bytes) { return bytes < kShortBytes ? kShortFarNsPerKiB : kFarNsPerKiB; }
   static constexpr uint32_t kFarRoundTripNs = 300;  // core_probe.h's, where it decides (set_machine)
   static constexpr size_t kSampleBytes = size_t(256) << 10;  // timed copies are judged by this much at a time
   static constexpr int kWindow = 2;
@@ -77,20 +89,33 @@ class StoresChoice {
   bool by_round_trip() const { return by_round_trip_; }
   // Whether copies in take non-temporal stores now.
   bool streaming() const { return streaming_.load(std::memory_order_relaxed); }
-  // Whether ordinary copies in are timed (then pass each to timed()).
+  // Whether a copy of `bytes` takes ordinary stores untimed whatever else holds: shorter than any
+  // timed copy, while the choice neither streams nor follows the round trip. Such a copy (a
+  // small op's data) need not go through copy_for_readers.
+  bool plain_copy(size_t bytes) const { return bytes < kShortTimedBytes && !by_round_trip_ && !streaming(); }
+  // Whether ordinary copies in are timed (then pass each to timed() that times_copy() picks).
   bool learning() const { return mode_ == Mode::automatic && !by_round_trip_ && !streaming(); }
+  // Whether to time an ordinary copy of `bytes` while learning: every one from kTimedBytes, one
+  // in kShortTimedEvery from kShortTimedBytes.
+  bool times_copy(size_t bytes) {
+    if (bytes >= kTimedBytes) return true;
+    return bytes >= kShortTimedBytes && ++short_copies_ % kShortTimedEvery == 0;
+  }
 
-  // What an ordinary copy of `bytes` (at least kTimedBytes) into shared memory took, at time `now`
-  // (ns, the choice's clock). True where that turned non-temporal stores on; then `also` (a ring's
-  // copy: the rank's choice for its scratch) takes them too (stream_from).
+  // What an ordinary copy of `bytes` (at least kShortTimedBytes) into shared memory took, at time
+  // `now` (ns, the choice's clock). A sample is slow where its copies took longer than each one's
+  // length at its threshold (far_ns_per_kib). True where
+  // that turned non-temporal stores on; then `also` (a ring's copy: the rank's choice for its
+  // scratch) takes them too (stream_from).
   bool timed(size_t bytes, uint64_t ns, uint64_t now, StoresChoice* also = nullptr) {
     if (!learning()) return false;
     bytes_ += bytes;
     ns_ += ns;
+    far_ns_ += bytes * far_ns_per_kib(bytes) / 1024;
     if (bytes_ < kSampleBytes) return false;
     last_ns_per_kib_ = ns_ * 1024 / bytes_;
-    const bool slow = last_ns_per_kib_ > kFarNsPerKiB;
-    bytes_ = ns_ = 0;
+    const bool slow = ns_ > far_ns_;
+    bytes_ = ns_ = far_ns_ = 0;
     if (!slow) {
       count_.store(0, std::memory_order_relaxed);
       return false;
@@ -110,7 +135,7 @@ class StoresChoice {
   // them on: what another choice of the rank learned (below).
   void stream_from(uint64_t now) {
     if (mode_ != Mode::automatic || streaming()) return;
-    bytes_ = ns_ = 0;
+    bytes_ = ns_ = far_ns_ = 0;
     count_.store(0, std::memory_order_relaxed);
     since_.store(now, std::memory_order_relaxed);
     streaming_.store(true, std::memory_order_relaxed);
@@ -143,6 +168,8 @@ class StoresChoice {
   std::atomic<uint32_t> count_{0};  // ordinary: slow samples in a row; non-temporal: copies since turned on
   std::atomic<uint64_t> since_{0};  // when non-temporal stores were turned on
   uint64_t bytes_ = 0, ns_ = 0;     // timed copies since the last sample
+  uint64_t far_ns_ = 0;             // what they would take at their thresholds
+  uint32_t short_copies_ = 0;       // ordinary copies from kShortTimedBytes to kTimedBytes
   uint64_t last_ns_per_kib_ = 0;
 };
 
@@ -183,6 +210,12 @@ StoresChoice::Mode stores_setting();
 
 // Whether copies in with `s` take non-temporal stores now.
 bool streams(const StoresChoice& s);
+
+// Copies in of this length and more take non-temporal stores while `s` streams: with the cores
+// far apart, an exchange of 1-8 KiB written so took 1.4-3.4x less time (BENCHMARKS.md, "Short
+// copies where the cores sit far apart"). A ring copies messages shorter than kStreamingMinBytes
+// with ordinary stores, untimed, whatever the choice (shm_link.cpp).
+inline constexpr size_t kStreamingFromBytes = 512;
 
 // dst = src (n bytes, no overlap), into this rank's shared memory for others ([area, area +
 // area_bytes): its scratch, or a ring, whose written pages `pages` keeps), with the stores `s`
