@@ -120,6 +120,21 @@ TEST(StoresChoice, ShortCopiesAreJudgedByTheirLengths) {
   EXPECT_TRUE(s.streaming());
 }
 
+// A copy stopped for long (its rank lost the core) counts as kOutlierTimes its threshold: one such
+// among cheap ones does not make their sample slow, while copies a little over it still do.
+TEST(StoresChoice, ACopyStoppedForLongCountsAsAFewTimesItsThreshold) {
+  constexpr size_t k4 = StoresChoice::kShortTimedBytes, copies = kBytes / k4;
+  const uint64_t far = StoresChoice::far_ns_per_kib(k4) * 4;  // a 4 KiB copy at its threshold
+  StoresChoice s(Mode::automatic);
+  for (int w = 0; w < 4 * StoresChoice::kWindow; ++w)
+    for (size_t i = 0; i < copies; ++i) EXPECT_FALSE(s.timed(k4, i == 0 ? 100 * far : far / 2, 1)) << w << " " << i;
+  EXPECT_FALSE(s.streaming());
+  EXPECT_LT(s.last_ns_per_kib(), StoresChoice::far_ns_per_kib(k4));
+  for (int w = 0; w < StoresChoice::kWindow; ++w)
+    for (size_t i = 0; i < copies; ++i) s.timed(k4, far * 5 / 4, 1);
+  EXPECT_TRUE(s.streaming());
+}
+
 // copy_for_readers times copies as times_copy says, and not a copy into pages written for the
 // first time: of copies of kShortTimedBytes into pages written before, one in kShortTimedEvery
 // reads the clock (twice); of shorter ones, none. Enough slow ones turn non-temporal stores on.

@@ -59,6 +59,10 @@ class StoresChoice {
   static constexpr uint32_t far_ns_per_kib(size_t bytes) { return bytes < kShortBytes ? kShortFarNsPerKiB : kFarNsPerKiB; }
   static constexpr uint32_t kFarRoundTripNs = 300;  // core_probe.h's, where it decides (set_machine)
   static constexpr size_t kSampleBytes = size_t(256) << 10;  // timed copies are judged by this much at a time
+  // A timed copy counts as at most this many times its length at its threshold: one that took
+  // longer lost its core meanwhile (a 4 KiB copy stopped for 100 µs would make a sample of 64
+  // cheap ones look 6x their threshold), and says nothing of where the readers sit.
+  static constexpr uint64_t kOutlierTimes = 4;
   static constexpr int kWindow = 2;
   static constexpr uint32_t kRetryCopies = 64;
   static constexpr uint64_t kRetryNs = 1000000000;
@@ -109,9 +113,10 @@ class StoresChoice {
   // scratch) takes them too (stream_from).
   bool timed(size_t bytes, uint64_t ns, uint64_t now, StoresChoice* also = nullptr) {
     if (!learning()) return false;
+    const uint64_t far_ns = bytes * far_ns_per_kib(bytes) / 1024;
     bytes_ += bytes;
-    ns_ += ns;
-    far_ns_ += bytes * far_ns_per_kib(bytes) / 1024;
+    ns_ += std::min(ns, kOutlierTimes * far_ns);
+    far_ns_ += far_ns;
     if (bytes_ < kSampleBytes) return false;
     last_ns_per_kib_ = ns_ * 1024 / bytes_;
     const bool slow = ns_ > far_ns_;
@@ -128,7 +133,7 @@ class StoresChoice {
     if (also) also->stream_from(now);
     return true;
   }
-  // The last sample's cost, ns per KiB.
+  // The last sample's cost, ns per KiB (its outliers counted as kOutlierTimes their threshold).
   uint64_t last_ns_per_kib() const { return last_ns_per_kib_; }
 
   // Takes non-temporal stores from time `now` (automatic only), as if its own copies had turned
