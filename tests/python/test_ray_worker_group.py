@@ -135,6 +135,8 @@ def _assert_torn_down(g, actors):
                 ray.get(a.metadata.remote(), timeout=max(0.1, deadline - time.monotonic()))
             except ray.exceptions.RayActorError:
                 break
+            except ray.exceptions.GetTimeoutError:
+                pass  # a worker that neither answers nor dies: the assertion below says so
             assert time.monotonic() < deadline, "a worker still answers 30 s after the group was shut down"
             time.sleep(0.1)
     with pytest.raises(RuntimeError, match="shut down"):
