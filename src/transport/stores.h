@@ -61,7 +61,7 @@ class StoresChoice {
   static constexpr size_t kSampleBytes = size_t(256) << 10;  // timed copies are judged by this much at a time
   // A timed copy counts as at most this many times its length at its threshold: one that took
   // longer lost its core meanwhile (a 4 KiB copy stopped for 100 µs would make a sample of 64
-  // cheap ones look 6x their threshold), and says nothing of where the readers sit.
+  // cheap ones look 2.4x their threshold), and says nothing of where the readers sit.
   static constexpr uint64_t kOutlierTimes = 4;
   static constexpr int kWindow = 2;
   static constexpr uint32_t kRetryCopies = 64;
