@@ -53,7 +53,8 @@ inline void copy_bytes(void* dst, const void* src, size_t n) {
 // (output_copy, algo/common.h).
 inline constexpr size_t kStreamingOutputBytes = size_t(8) << 20;
 
-// copy_streaming copies shorter than this with ordinary stores, unless told a shorter length.
+// copy_streaming copies shorter than this with ordinary stores (copy_streaming_from takes another
+// length).
 inline constexpr size_t kStreamingMinBytes = 4096;
 
 // dst = src (n bytes, no overlap) with non-temporal stores where the kernel level in use

@@ -1,8 +1,8 @@
 // How a rank writes the data it copies into shared memory for another rank to read: into its
 // scratch slots (every direct op above the small protocol, where it goes through the scratch), into
-// the small protocol's data areas (algo/direct_small.cpp: more than 512 B, up to 8 KiB) and into its rings to its
-// peers (shm_link.h: every send, and so the pairwise all-to-all and the
-// ring algorithms). Ordinary stores, or non-temporal ones that go to memory.
+// the small protocol's data areas (algo/direct_small.cpp: more than 512 B, up to 8 KiB) and into
+// its rings to its peers (shm_link.h: every send, and so the pairwise all-to-all and the ring
+// algorithms). Ordinary stores, or non-temporal ones that go to memory.
 //
 // An ordinary store to a line that a reader's core still holds from the last op first takes the
 // line from that core. Where the two cores share a cache that costs ~110-150 ns per KiB; where
@@ -19,11 +19,11 @@
 // more ranks than cores a writer's readers sit on either core, and its single copies cost either;
 // with more than two ranks a core a measured round trip decides instead: set_machine below):
 // once kWindow samples in a row cost more than their copies' lengths at far_ns_per_kib it takes
-// non-temporal stores. A copy into pages of an area written for the first time is not timed: it pays for mapping them (~1.5 µs a page on our VMs). What a
-// non-temporal copy costs says nothing of the cores, nor does an ordinary one into lines the
-// readers no longer hold (cheap in either state, the readers then fetching the data from the far
-// cache), so once kRetryNs have passed and kRetryCopies non-temporal copies were made, it tries
-// ordinary stores again.
+// non-temporal stores. A copy into pages of an area written for the first time is not timed: it
+// pays for mapping them (~1.5 µs a page on our VMs). What a non-temporal copy costs says nothing
+// of the cores, nor does an ordinary one into lines the readers no longer hold (cheap in either
+// state, the readers then fetching the data from the far cache), so once kRetryNs have passed and
+// kRetryCopies non-temporal copies were made, it tries ordinary stores again.
 // A rank chooses for its scratch (a group's communicator holds that choice: algo::Ways::stores)
 // and for each of its rings, whose one reader may share the writer's core where others do not.
 // A ring that turns non-temporal stores on turns them on for the scratch too: the scratch's
@@ -108,9 +108,8 @@ class StoresChoice {
 
   // What an ordinary copy of `bytes` (at least kShortTimedBytes) into shared memory took, at time
   // `now` (ns, the choice's clock). A sample is slow where its copies took longer than each one's
-  // length at its threshold (far_ns_per_kib). True where
-  // that turned non-temporal stores on; then `also` (a ring's copy: the rank's choice for its
-  // scratch) takes them too (stream_from).
+  // length at its threshold (far_ns_per_kib). True where that turned non-temporal stores on; then
+  // `also` (a ring's copy: the rank's choice for its scratch) takes them too (stream_from).
   bool timed(size_t bytes, uint64_t ns, uint64_t now, StoresChoice* also = nullptr) {
     if (!learning()) return false;
     const uint64_t far_ns = bytes * far_ns_per_kib(bytes) / 1024;
