@@ -11,15 +11,16 @@
 #
 # BENCH_OLD_ENV and BENCH_NEW_ENV (VAR=VALUE ...) set each side's environment, as in
 # scripts/bench_ab.sh; BENCH (default build/shoal-bench) is the bench. One line per run: the time,
-# the op, the ranks, the side, the round trip (ns) and shoal's µs at each size.
+# the op, the ranks, the side, the round trip (ns) and shoal's µs at each size (four decimals, from
+# --json; with BENCH_PEER, the table's two).
 # BENCH_PEER=ompi measures shoal against Open MPI instead: one run per case (`--vs ompi`, with
 # BENCH_NEW_ENV), whose Open MPI times are the old side and shoal's the new, under one round trip.
 set -euo pipefail
-[ $# -eq 3 ] || { sed -n '2,16p' "$0"; exit 2; }
+[ $# -eq 3 ] || { sed -n '2,17p' "$0"; exit 2; }
 seconds=$1 cases=$2 sizes=$3
 bench=${BENCH:-build/shoal-bench}
-probe=$(mktemp)
-trap 'rm -f "$probe"' EXIT
+probe=$(mktemp) json=$(mktemp)
+trap 'rm -f "$probe" "$json"' EXIT
 gcc -O2 -pthread -o "$probe" "$(dirname "$0")/round_trip.c"
 end=$(($(date +%s) + seconds))
 while [ "$(date +%s)" -lt "$end" ]; do
@@ -38,7 +39,11 @@ while [ "$(date +%s)" -lt "$end" ]; do
       [ "$side" = new ] && side_env=${BENCH_NEW_ENV:-}
       rtt=$("$probe")
       # shellcheck disable=SC2086  # side_env is a list of VAR=VALUE words
-      times=$(env $side_env "$bench" "$op" -n "$n" $sizes 2>&1 | awk '/^ +[0-9]/ {printf "%s ", $5}')
+      # From --json: the table's two decimals do not tell 0.241 from 0.249 µs.
+      rm -f "$json"
+      env $side_env "$bench" "$op" -n "$n" $sizes --json "$json" >/dev/null 2>&1 || true
+      times=$(python3 -c 'import json, sys; print(" ".join("%.4f" % r["shoal_us"] for r in json.load(open(sys.argv[1]))["rows"]))' \
+        "$json" 2>/dev/null || true)
       echo "$(date +%T) $op n=$n $side rtt=$rtt | $times"
     done
   done

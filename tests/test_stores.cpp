@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <thread>
 #include <type_traits>
@@ -35,6 +36,19 @@ constexpr uint64_t kSlowNs = (StoresChoice::kFarNsPerKiB + 1) * (kBytes >> 10);
 constexpr uint64_t kCheapNs = (StoresChoice::kFarNsPerKiB - 1) * (kBytes >> 10);
 
 constexpr uint64_t kSecond = 1000000000;
+
+// A clock that reads what the test set, and counts its reads.
+uint64_t g_now = 0;
+int g_now_reads = 0;
+uint64_t set_clock() {
+  ++g_now_reads;
+  return g_now;
+}
+// A non-temporal copy at time `now` (StoresChoice::streamed).
+bool streamed_at(StoresChoice& s, uint64_t now) {
+  g_now = now;
+  return s.streamed(set_clock);
+}
 
 // Turns non-temporal stores on at time t0 with a window of slow copies; true where they came on.
 bool stream_from(StoresChoice& s, uint64_t t0) {
@@ -78,27 +92,38 @@ TEST(StoresChoice, ShortCopiesAreJudgedTogether) {
   EXPECT_TRUE(s.streaming());
 }
 
-// Copies shorter than kTimedBytes (a small op's data area, a short ring message) are timed one in
-// kShortTimedEvery from kShortTimedBytes, and never below it.
-TEST(StoresChoice, ShortCopiesAreTimedOneInSome) {
+// Copies shorter than kTimedBytes (a small op's data area, a short ring message) are timed once
+// every kShortTimedSpan of them from kShortTimedBytes (one in span / length where the length
+// divides it), and never below it.
+TEST(StoresChoice, ShortCopiesAreTimedOnceEverySpan) {
+  constexpr size_t kShort = StoresChoice::kShortTimedBytes, kSpan = StoresChoice::kShortTimedSpan;
+  static_assert(kSpan % kShort == 0 && kSpan % 4096 == 0);
   StoresChoice s(Mode::automatic);
   int timed = 0;
-  for (uint32_t i = 0; i < 10 * StoresChoice::kShortTimedEvery; ++i) {
+  for (size_t i = 0; i < 10 * kSpan / kShort; ++i) {
     EXPECT_TRUE(s.times_copy(StoresChoice::kTimedBytes));
-    EXPECT_FALSE(s.times_copy(StoresChoice::kShortTimedBytes - 1));
-    timed += s.times_copy(i % 2 ? StoresChoice::kShortTimedBytes : StoresChoice::kTimedBytes - 1);
+    EXPECT_FALSE(s.times_copy(kShort - 1));
+    timed += s.times_copy(kShort);
   }
   EXPECT_EQ(timed, 10);
+  for (size_t i = 0; i < 10 * kSpan / 4096; ++i) timed += s.times_copy(4096);
+  EXPECT_EQ(timed, 20);
+  // Lengths that do not divide the span: the copy that reaches it is timed, and the count starts
+  // again from nothing.
+  for (size_t i = 0, n = StoresChoice::kTimedBytes - 1; i < kSpan / n; ++i) EXPECT_FALSE(s.times_copy(n)) << i;
+  EXPECT_TRUE(s.times_copy(StoresChoice::kTimedBytes - 1));
+  EXPECT_FALSE(s.times_copy(kShort));
 }
 
-// Each copy is judged by its length's threshold: a copy shorter than kShortBytes costs less per
-// KiB than a longer one in either state. Samples of 4 KiB copies at 250 ns per KiB are slow, of 8
-// KiB copies not.
+// Each copy is judged by its length's threshold: a copy shorter than kTimedBytes, timed to its
+// last store, is slow at a lower cost per KiB than a longer one. Samples of 4 KiB copies at 250 ns
+// per KiB are slow, of 16 KiB ones not.
 TEST(StoresChoice, ShortCopiesAreJudgedByTheirLengths) {
-  constexpr size_t k4 = 4096, k8 = StoresChoice::kShortBytes;
-  static_assert(StoresChoice::far_ns_per_kib(k4) < 250 && StoresChoice::far_ns_per_kib(k8) > 250);
-  static_assert(StoresChoice::far_ns_per_kib(k8 - 64) == StoresChoice::far_ns_per_kib(k4));
-  static_assert(StoresChoice::far_ns_per_kib(k8) == StoresChoice::kFarNsPerKiB);
+  constexpr size_t k4 = 4096, k16 = StoresChoice::kTimedBytes;
+  static_assert(StoresChoice::far_ns_per_kib(k4) < 250 && StoresChoice::far_ns_per_kib(k16) > 250);
+  static_assert(StoresChoice::far_ns_per_kib(StoresChoice::kShortTimedBytes) == StoresChoice::far_ns_per_kib(k4));
+  static_assert(StoresChoice::far_ns_per_kib(k16 - 64) == StoresChoice::far_ns_per_kib(k4));
+  static_assert(StoresChoice::far_ns_per_kib(k16) == StoresChoice::kFarNsPerKiB);
   auto samples = [](size_t len, uint64_t ns_per_kib) {
     StoresChoice s(Mode::automatic);
     bool on = false;
@@ -106,10 +131,12 @@ TEST(StoresChoice, ShortCopiesAreJudgedByTheirLengths) {
     return on && s.streaming();
   };
   EXPECT_TRUE(samples(k4, 250));
-  EXPECT_FALSE(samples(k8, 250));
-  EXPECT_TRUE(samples(k8, StoresChoice::kFarNsPerKiB + 1));
+  EXPECT_FALSE(samples(k16, 250));
+  EXPECT_TRUE(samples(k16, StoresChoice::kFarNsPerKiB + 1));
   EXPECT_TRUE(samples(k4, StoresChoice::kShortFarNsPerKiB + 1));
   EXPECT_FALSE(samples(k4, StoresChoice::kShortFarNsPerKiB - 1));
+  EXPECT_TRUE(samples(StoresChoice::kShortTimedBytes, StoresChoice::kShortFarNsPerKiB + 1));
+  EXPECT_FALSE(samples(StoresChoice::kShortTimedBytes, StoresChoice::kShortFarNsPerKiB - 1));
   // In one sample, each copy counts at its own threshold: half of the bytes in 4 KiB copies at
   // 40 ns per KiB over theirs, half in 64 KiB ones at 30 under theirs: slow.
   StoresChoice s(Mode::automatic);
@@ -123,7 +150,7 @@ TEST(StoresChoice, ShortCopiesAreJudgedByTheirLengths) {
 // A copy stopped for long (its rank lost the core) counts as kOutlierTimes its threshold: one such
 // among cheap ones does not make their sample slow, while copies a little over it still do.
 TEST(StoresChoice, ACopyStoppedForLongCountsAsAFewTimesItsThreshold) {
-  constexpr size_t k4 = StoresChoice::kShortTimedBytes, copies = kBytes / k4;
+  constexpr size_t k4 = 4096, copies = kBytes / k4;
   const uint64_t far = StoresChoice::far_ns_per_kib(k4) * 4;  // a 4 KiB copy at its threshold
   StoresChoice s(Mode::automatic);
   for (int w = 0; w < 4 * StoresChoice::kWindow; ++w)
@@ -136,8 +163,9 @@ TEST(StoresChoice, ACopyStoppedForLongCountsAsAFewTimesItsThreshold) {
 }
 
 // copy_for_readers times copies as times_copy says, and not a copy into pages written for the
-// first time: of copies of kShortTimedBytes into pages written before, one in kShortTimedEvery
-// reads the clock (twice); of shorter ones, none. Enough slow ones turn non-temporal stores on.
+// first time: of copies of kShortTimedBytes into pages written before, one in kShortTimedSpan /
+// kShortTimedBytes reads the clock (twice); of shorter ones, none. Enough slow ones turn
+// non-temporal stores on.
 uint64_t g_counted_ns = 0;
 int g_clock_reads = 0;
 uint64_t counting_clock() {
@@ -146,32 +174,76 @@ uint64_t counting_clock() {
 }
 TEST(StoresChoice, CopiesInAreTimedAsTheChoiceSays) {
   constexpr size_t kShort = StoresChoice::kShortTimedBytes;
+  constexpr uint32_t kEvery = StoresChoice::kShortTimedSpan / kShort;
   std::vector<uint8_t> src(kShort, 1), area(16 * kShort);
   StoresChoice s(Mode::automatic, counting_clock);
   FreshPages pages;
   for (size_t at = 0; at < area.size(); at += kShort) pages.first_touch(area.data(), area.size(), area.data() + at, kShort);
   g_clock_reads = 0;
-  for (uint32_t i = 0; i < 4 * StoresChoice::kShortTimedEvery; ++i)
+  for (uint32_t i = 0; i < 4 * kEvery; ++i)
     copy_for_readers(s, pages, area.data(), area.size(), area.data() + (i % 16) * kShort, src.data(), kShort - 1);
   EXPECT_EQ(g_clock_reads, 0) << "copies shorter than kShortTimedBytes are not timed";
-  const uint32_t copies = StoresChoice::kWindow * StoresChoice::kSampleBytes / kShort * StoresChoice::kShortTimedEvery;
+  const uint32_t copies = StoresChoice::kWindow * StoresChoice::kSampleBytes / kShort * kEvery;
   for (uint32_t i = 0; i < copies; ++i) {
     copy_for_readers(s, pages, area.data(), area.size(), area.data() + (i % 16) * kShort, src.data(), kShort);
-    ASSERT_EQ(g_clock_reads, static_cast<int>(2 * ((i + 1) / StoresChoice::kShortTimedEvery))) << i;
+    ASSERT_EQ(g_clock_reads, static_cast<int>(2 * ((i + 1) / kEvery))) << i;
     ASSERT_EQ(s.streaming(), i + 1 == copies) << i;
   }
   EXPECT_EQ(area[5 * kShort + 7], 1);
 }
 
-// A copy that copy_in may make without the choice's bookkeeping: shorter than any timed copy,
-// while the choice neither streams nor follows the round trip.
+// copy_in's way (src/algo/direct_common.h): plain_copy first, copy_for_readers for the copies it
+// leaves. Of copies of 1-16 KiB into pages written before, the one that completes each
+// kShortTimedSpan reads the clock (twice); none where its pages are written for the first time.
+TEST(StoresChoice, CopiesThatPlainCopyLeavesAreTimedOnceEverySpan) {
+  constexpr size_t kShort = StoresChoice::kShortTimedBytes, kLong = 4 * kShort;
+  constexpr size_t kPair = kShort + kLong, kSpan = StoresChoice::kShortTimedSpan;
+  std::vector<uint8_t> src(kLong, 3), area(4 * StoresChoice::kTimedBytes);
+  StoresChoice s(Mode::automatic, counting_clock);
+  auto copy_in = [&](FreshPages& pages, size_t n, size_t at) {
+    if (s.plain_copy(n)) return void(std::memcpy(area.data() + at, src.data(), n));
+    copy_for_readers(s, pages, area.data(), area.size(), area.data() + at, src.data(), n);
+  };
+  FreshPages fresh;
+  g_clock_reads = 0;
+  for (size_t i = 0; i < kSpan / kShort; ++i) copy_in(fresh, kShort, 0);
+  EXPECT_EQ(g_clock_reads, 0) << "a copy into pages written for the first time is not timed";
+  FreshPages pages;
+  pages.first_touch(area.data(), area.size(), area.data(), area.size());
+  // Pairs of 1 and 4 KiB: a copy is timed where the short bytes since the last timed one reach the span.
+  size_t since = 0;
+  int want = 0;
+  for (size_t i = 0; i < 2 * 6 * kSpan / kPair; ++i) {  // six spans of pairs
+    const size_t n = i % 2 ? kShort : kLong;
+    copy_in(pages, n, i % 3 * kShort);
+    if ((since += n) >= kSpan) since = 0, want += 2;
+    ASSERT_EQ(g_clock_reads, want) << i;
+  }
+  EXPECT_GE(want, 10);
+  EXPECT_FALSE(s.streaming());
+  EXPECT_EQ(area[2 * kShort + kLong - 1], 3);
+}
+
+// A copy that copy_in may make without the choice's bookkeeping: while the choice neither streams
+// nor follows the round trip, one shorter than any timed copy, or a short one that times_copy would
+// not time. Of the short copies of each span, plain_copy leaves one, and times_copy times it.
 TEST(StoresChoice, OnlyUntimedOrdinaryCopiesArePlain) {
   constexpr size_t kShort = StoresChoice::kShortTimedBytes;
   StoresChoice learning(Mode::automatic), cached(Mode::cached), streaming(Mode::streaming), by_trip(Mode::automatic);
   by_trip.set_machine(8, 2);
   EXPECT_TRUE(learning.plain_copy(kShort - 1));
-  EXPECT_FALSE(learning.plain_copy(kShort));
+  EXPECT_FALSE(learning.plain_copy(StoresChoice::kTimedBytes));
+  for (int round = 0; round < 3; ++round) {
+    int left = 0;
+    for (size_t i = 0; i < StoresChoice::kShortTimedSpan / kShort; ++i) {
+      if (learning.plain_copy(kShort)) continue;
+      ++left;
+      EXPECT_TRUE(learning.times_copy(kShort)) << round << " " << i;
+    }
+    EXPECT_EQ(left, 1) << round;
+  }
   EXPECT_TRUE(cached.plain_copy(kShort - 1));
+  EXPECT_TRUE(cached.plain_copy(StoresChoice::kTimedBytes));
   EXPECT_FALSE(streaming.plain_copy(kStreamingFromBytes));
   EXPECT_FALSE(by_trip.plain_copy(kStreamingFromBytes));
   learning.stream_from(1);
@@ -182,20 +254,23 @@ TEST(StoresChoice, TriesOrdinaryStoresAgainAfterASecondAndEnoughCopies) {
   const uint64_t t0 = 5 * kSecond;
   StoresChoice s(Mode::automatic);
   ASSERT_TRUE(stream_from(s, t0));
-  // Many copies within the second: still streaming.
-  for (uint32_t i = 0; i < 4 * StoresChoice::kRetryCopies; ++i) EXPECT_FALSE(s.streamed(t0 + kSecond - 1));
+  // Many copies within the second: still streaming, and the clock read once in kRetryCopies.
+  g_now_reads = 0;
+  for (uint32_t i = 0; i < 4 * StoresChoice::kRetryCopies; ++i) EXPECT_FALSE(streamed_at(s, t0 + kSecond - 1));
+  EXPECT_EQ(g_now_reads, 4);
   EXPECT_TRUE(s.streaming());
-  // Past the second, the next copy turns them off.
-  EXPECT_TRUE(s.streamed(t0 + kSecond));
+  // Past the second, the next copy that reads the clock turns them off.
+  for (uint32_t i = 0; i + 1 < StoresChoice::kRetryCopies; ++i) EXPECT_FALSE(streamed_at(s, t0 + kSecond)) << i;
+  EXPECT_TRUE(streamed_at(s, t0 + kSecond));
   EXPECT_FALSE(s.streaming());
   EXPECT_TRUE(s.learning());
   // Slow again: a full window before streaming, as at first.
   for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(s.timed(kBytes, kSlowNs, t0 + 2 * kSecond));
   EXPECT_TRUE(s.timed(kBytes, kSlowNs, t0 + 2 * kSecond));
   // Long past the second, but too few copies yet.
-  for (uint32_t i = 0; i + 1 < StoresChoice::kRetryCopies; ++i) EXPECT_FALSE(s.streamed(t0 + 60 * kSecond)) << i;
+  for (uint32_t i = 0; i + 1 < StoresChoice::kRetryCopies; ++i) EXPECT_FALSE(streamed_at(s, t0 + 60 * kSecond)) << i;
   EXPECT_TRUE(s.streaming());
-  EXPECT_TRUE(s.streamed(t0 + 60 * kSecond));
+  EXPECT_TRUE(streamed_at(s, t0 + 60 * kSecond));
   EXPECT_FALSE(s.streaming());
 }
 
@@ -234,8 +309,9 @@ TEST(StoresChoice, StreamsFromWhatAnotherLearned) {
   s.stream_from(t0);
   EXPECT_TRUE(s.streaming());
   EXPECT_FALSE(s.learning());
-  for (uint32_t i = 0; i < 4 * StoresChoice::kRetryCopies; ++i) EXPECT_FALSE(s.streamed(t0 + kSecond - 1));
-  EXPECT_TRUE(s.streamed(t0 + kSecond));
+  for (uint32_t i = 0; i < 4 * StoresChoice::kRetryCopies; ++i) EXPECT_FALSE(streamed_at(s, t0 + kSecond - 1));
+  for (uint32_t i = 0; i + 1 < StoresChoice::kRetryCopies; ++i) EXPECT_FALSE(streamed_at(s, t0 + kSecond));
+  EXPECT_TRUE(streamed_at(s, t0 + kSecond));
   EXPECT_FALSE(s.streaming());
   EXPECT_TRUE(s.learning());
   StoresChoice c(Mode::cached);
@@ -244,7 +320,7 @@ TEST(StoresChoice, StreamsFromWhatAnotherLearned) {
   StoresChoice st(Mode::streaming);
   st.stream_from(t0);
   EXPECT_TRUE(st.streaming());
-  EXPECT_FALSE(st.streamed(t0 + 60 * kSecond));
+  EXPECT_FALSE(streamed_at(st, t0 + 60 * kSecond));
 }
 
 // A ring's copies that turn non-temporal stores on turn them on for the scratch's choice passed as
@@ -266,7 +342,7 @@ TEST(StoresChoice, ForcedStoresNeverChange) {
     StoresChoice s(m);
     EXPECT_FALSE(s.learning());
     for (int i = 0; i < 4 * StoresChoice::kWindow; ++i) EXPECT_FALSE(s.timed(kBytes, kSlowNs, 1));
-    for (uint32_t i = 0; i < 4 * StoresChoice::kRetryCopies; ++i) EXPECT_FALSE(s.streamed(10 * kSecond * (i + 1)));
+    for (uint32_t i = 0; i < 4 * StoresChoice::kRetryCopies; ++i) EXPECT_FALSE(streamed_at(s, 10 * kSecond * (i + 1)));
     EXPECT_EQ(s.streaming(), m == Mode::streaming);
   }
 }
@@ -285,7 +361,8 @@ TEST(StoresChoice, TheSettingPicksTheMode) {
 // (automatic: once learning, once streaming): the bytes arrive whole, and nothing past them is
 // written.
 TEST(StoresChoice, CopiesInEveryByteWhicheverStores) {
-  const size_t lens[] = {0, 1, 63, 64, kStreamingFromBytes - 1, kStreamingFromBytes, kStreamingFromBytes + 33, 4095,
+  const size_t lens[] = {0, 1, 63, 64, kStreamingFromBytes - 1, kStreamingFromBytes, kStreamingFromBytes + 33,
+                         StoresChoice::kShortTimedBytes - 1, StoresChoice::kShortTimedBytes, 4095,
                          4096, 4097, 8191, StoresChoice::kTimedBytes - 1, StoresChoice::kTimedBytes,
                          StoresChoice::kTimedBytes + 1, StoresChoice::kTimedBytes + 4096 + 3, 3 * kBytes + 17};
   std::vector<uint8_t> src(3 * kBytes + 64), dst(src.size() + 128);

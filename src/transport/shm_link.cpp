@@ -43,8 +43,7 @@ ShmLink::ShmLink(int rank, int peer, int my_slot, int peer_slot, const ShmSegmen
 void ShmLink::copy_in(uint64_t pos, const uint8_t* src, uint64_t n) {
   const uint64_t off = pos & (cap_ - 1), first = std::min(n, cap_ - off);
   auto copy = [&](uint8_t* dst, const uint8_t* from, uint64_t len) {
-    // Shorter copies take ordinary stores whatever the choice, untimed (stores.h, kStreamingFromBytes).
-    static_assert(StoresChoice::kShortTimedBytes >= kStreamingMinBytes, "shorter copies would be timed");
+    // Shorter copies take ordinary stores whatever the choice, untimed (copy.h, kStreamingMinBytes).
     if (len < kStreamingMinBytes) return copy_bytes(dst, from, len);
     copy_for_readers(stores_, pages_, out_data_, cap_, dst, from, len, scratch_stores_.get());
   };

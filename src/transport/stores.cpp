@@ -1,5 +1,6 @@
 #include "transport/stores.h"
 
+#include <atomic>
 #include <chrono>
 #include <string>
 
@@ -37,12 +38,19 @@ void copy_for_readers(StoresChoice& s, FreshPages& pages, const uint8_t* area, s
   if (s.streaming()) {
     stream();
     // Counted from the length at which the copy stores non-temporally.
-    if (n >= kStreamingFromBytes && s.mode() == StoresChoice::Mode::automatic && s.streamed(now_ns()))
+    if (n >= kStreamingFromBytes && s.mode() == StoresChoice::Mode::automatic && s.streamed(now_ns))
       SHOAL_LOG(debug, "copies into shared memory try ordinary stores again");
   } else if (s.learning() && s.times_copy(n) &&
              !pages.first_touch(area, area_bytes, static_cast<const uint8_t*>(dst), n)) {
+    // A store waits in the store buffer for its line, and a copy of a few KiB is done before the
+    // first lines arrive: the fences (on x86, each waits for the stores before it to land; the
+    // clock's read waits for the fence) time the copy from the last store before it to its own
+    // last, so the time counts the lines it took back from the readers' cores (far apart, ~3x as
+    // long) and none of the copies before it.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     const uint64_t t0 = now_ns();
     copy_bytes(dst, src, n);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     const uint64_t t1 = now_ns();
     SHOAL_LOG(trace, "copy into shared memory by ordinary stores: %zu bytes, %llu ns per KiB", n,
               static_cast<unsigned long long>((t1 - t0) * 1024 / n));

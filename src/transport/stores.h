@@ -15,15 +15,16 @@
 // time: "The rings' stores").
 // The direct allreduce streams its reduced slices where its copies in stream (direct_allreduce.cpp).
 //
-// So in `automatic` a rank times its ordinary copies in, kSampleBytes of them at a time (with
+// So in `automatic` a rank times its ordinary copies in to their last store (the stores a copy
+// leaves waiting for their lines cost the most), judged kSampleBytes of them at a time (with
 // more ranks than cores a writer's readers sit on either core, and its single copies cost either;
 // with more than two ranks a core a measured round trip decides instead: set_machine below):
 // once kWindow samples in a row cost more than their copies' lengths at far_ns_per_kib it takes
 // non-temporal stores. A copy into pages of an area written for the first time is not timed: it
 // pays for mapping them (~1.5 µs a page on our VMs). What a non-temporal copy costs says nothing
 // of the cores, nor does an ordinary one into lines the readers no longer hold (cheap in either
-// state, the readers then fetching the data from the far cache), so once kRetryNs have passed and
-// kRetryCopies non-temporal copies were made, it tries ordinary stores again.
+// state, the readers then fetching the data from the far cache), so once kRetryNs have passed (a
+// look at the clock every kRetryCopies non-temporal copies) it tries ordinary stores again.
 // A rank chooses for its scratch (a group's communicator holds that choice: algo::Ways::stores)
 // and for each of its rings, whose one reader may share the writer's core where others do not.
 // A ring that turns non-temporal stores on turns them on for the scratch too: the scratch's
@@ -39,29 +40,31 @@
 
 namespace shoal {
 
-// The choice, apart from copying, so that tests can drive it with chosen times (timed, streamed)
-// or a clock of their own (copy_for_readers reads the choice's clock).
+// The choice, apart from copying, so that tests can drive it with chosen times (timed) or a clock
+// of their own (copy_for_readers and streamed read it).
 class StoresChoice {
  public:
   enum class Mode : uint8_t { automatic, cached, streaming };
   static constexpr size_t kTimedBytes = size_t(16) << 10;  // ordinary copies this long are all timed
   static constexpr uint32_t kFarNsPerKiB = 300;
-  // Shorter ones from kShortTimedBytes (the small ops' data areas, a ring's short messages, a
-  // chunked op's short pieces) are timed one in kShortTimedEvery: two clock reads cost a near
-  // 4 KiB small op ~7%.
-  static constexpr size_t kShortTimedBytes = size_t(4) << 10;
-  static constexpr uint32_t kShortTimedEvery = 8;
-  // Copies shorter than kShortBytes are slow above kShortFarNsPerKiB: they cost less per KiB in
-  // either state (BENCHMARKS.md, "Short copies where the cores sit far apart").
-  static constexpr size_t kShortBytes = size_t(8) << 10;
-  static constexpr uint32_t kShortFarNsPerKiB = 190;
+  // Shorter ones from kShortTimedBytes (the small ops' data areas, a chunked op's short pieces, a
+  // ring's messages from kStreamingMinBytes: shm_link.cpp) are timed once every kShortTimedSpan of
+  // them (one in 128 of 1 KiB, one in 16 of 8 KiB): the fences of a timed copy (copy_for_readers)
+  // wait for the stores before it and its own, which a broadcast's root, running ahead, leaves to
+  // land while it goes on; timed one in 16, its 1 KiB ops took 11% longer in the near state.
+  static constexpr size_t kShortTimedBytes = size_t(1) << 10;
+  static constexpr size_t kShortTimedSpan = size_t(128) << 10;
+  // They are slow above kShortFarNsPerKiB: timed to their last store (the fence), copies of 1-8
+  // KiB cost 78-109 ns per KiB near and 296-421 far, in the mean (BENCHMARKS.md, "Short copies
+  // timed to their last store").
+  static constexpr uint32_t kShortFarNsPerKiB = 220;
   // An ordinary copy of `bytes` is slow above this.
-  static constexpr uint32_t far_ns_per_kib(size_t bytes) { return bytes < kShortBytes ? kShortFarNsPerKiB : kFarNsPerKiB; }
+  static constexpr uint32_t far_ns_per_kib(size_t bytes) { return bytes < kTimedBytes ? kShortFarNsPerKiB : kFarNsPerKiB; }
   static constexpr uint32_t kFarRoundTripNs = 300;  // core_probe.h's, where it decides (set_machine)
   static constexpr size_t kSampleBytes = size_t(256) << 10;  // timed copies are judged by this much at a time
   // A timed copy counts as at most this many times its length at its threshold: one that took
   // longer lost its core meanwhile (a 4 KiB copy stopped for 100 µs would make a sample of 64
-  // cheap ones look 2.4x their threshold), and says nothing of where the readers sit.
+  // cheap ones look 2.2x their threshold), and says nothing of where the readers sit.
   static constexpr uint64_t kOutlierTimes = 4;
   static constexpr int kWindow = 2;
   static constexpr uint32_t kRetryCopies = 64;
@@ -93,17 +96,30 @@ class StoresChoice {
   bool by_round_trip() const { return by_round_trip_; }
   // Whether copies in take non-temporal stores now.
   bool streaming() const { return streaming_.load(std::memory_order_relaxed); }
-  // Whether a copy of `bytes` takes ordinary stores untimed whatever else holds: shorter than any
-  // timed copy, while the choice neither streams nor follows the round trip. Such a copy (a
-  // small op's data) need not go through copy_for_readers.
-  bool plain_copy(size_t bytes) const { return bytes < kShortTimedBytes && !by_round_trip_ && !streaming(); }
+  // Whether a copy of `bytes` takes ordinary stores untimed now: while the choice neither streams
+  // nor follows the round trip, one shorter than any timed copy, or a short one that times_copy
+  // would not time (counted here as it would count it: the one it would time is left to it). Such a
+  // copy (a small op's data) need not go through copy_for_readers. Asked once per copy, and a copy
+  // it says false of goes through copy_for_readers.
+  bool plain_copy(size_t bytes) {
+    if (by_round_trip_ || streaming()) return false;
+    if (bytes < kShortTimedBytes || mode_ != Mode::automatic) return true;
+    if (bytes >= kTimedBytes || short_bytes_ + bytes >= kShortTimedSpan) return false;
+    short_bytes_ += bytes;
+    return true;
+  }
   // Whether ordinary copies in are timed (then pass each to timed() that times_copy() picks).
   bool learning() const { return mode_ == Mode::automatic && !by_round_trip_ && !streaming(); }
-  // Whether to time an ordinary copy of `bytes` while learning: every one from kTimedBytes, one
-  // in kShortTimedEvery from kShortTimedBytes.
+  // Whether to time an ordinary copy of `bytes` while learning: every one from kTimedBytes, and
+  // from kShortTimedBytes the one that brings the short copies since the last timed one to
+  // kShortTimedSpan.
   bool times_copy(size_t bytes) {
     if (bytes >= kTimedBytes) return true;
-    return bytes >= kShortTimedBytes && ++short_copies_ % kShortTimedEvery == 0;
+    if (bytes < kShortTimedBytes) return false;
+    short_bytes_ += bytes;
+    if (short_bytes_ < kShortTimedSpan) return false;
+    short_bytes_ = 0;
+    return true;
   }
 
   // What an ordinary copy of `bytes` (at least kShortTimedBytes) into shared memory took, at time
@@ -145,16 +161,14 @@ class StoresChoice {
     streaming_.store(true, std::memory_order_relaxed);
   }
 
-  // A non-temporal copy in (of any length that takes non-temporal stores), at time `now`. True
-  // where that turned them off: the next copies are ordinary again, and timed.
-  bool streamed(uint64_t now) {
+  // A non-temporal copy in (of any length that takes non-temporal stores). Every kRetryCopies-th
+  // one reads the clock `now` (a small op costs ~1 µs where it streams, a clock read ~20 ns): once
+  // kRetryNs have passed, it turns them off, and true: the next copies are ordinary again, and timed.
+  bool streamed(Clock now) {
     if (mode_ != Mode::automatic || !streaming()) return false;
     const uint32_t k = count_.load(std::memory_order_relaxed) + 1;
-    if (k < kRetryCopies || now - since_.load(std::memory_order_relaxed) < kRetryNs) {
-      count_.store(std::min(k, kRetryCopies), std::memory_order_relaxed);
-      return false;
-    }
-    count_.store(0, std::memory_order_relaxed);
+    count_.store(k < kRetryCopies ? k : 0, std::memory_order_relaxed);
+    if (k < kRetryCopies || now() - since_.load(std::memory_order_relaxed) < kRetryNs) return false;
     streaming_.store(false, std::memory_order_relaxed);
     return true;
   }
@@ -169,11 +183,11 @@ class StoresChoice {
   // plain fields rely on the one at a time: the scratch's choice is also written by the rings'
   // copies, which run only on the thread that holds the engine, as the ops do).
   std::atomic<bool> streaming_{mode_ == Mode::streaming};
-  std::atomic<uint32_t> count_{0};  // ordinary: slow samples in a row; non-temporal: copies since turned on
+  std::atomic<uint32_t> count_{0};  // ordinary: slow samples in a row; non-temporal: copies since the clock was read
   std::atomic<uint64_t> since_{0};  // when non-temporal stores were turned on
   uint64_t bytes_ = 0, ns_ = 0;     // timed copies since the last sample
   uint64_t far_ns_ = 0;             // what they would take at their thresholds
-  uint32_t short_copies_ = 0;       // ordinary copies from kShortTimedBytes to kTimedBytes
+  size_t short_bytes_ = 0;          // bytes of the short copies since the last one timed
   uint64_t last_ns_per_kib_ = 0;
 };
 
