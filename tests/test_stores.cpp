@@ -555,5 +555,27 @@ TEST(CoreProbe, AForkedChildMeasuresItsOwn) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+// The rendezvous tells a group's choice how many ranks share this machine's CPUs (set_machine):
+// where they follow the round trip, a rank's first copy into shared memory starts the two threads
+// that measure it (core_probe.h); where the ranks learn from their copies, none starts.
+TEST(CoreProbe, TheRendezvousSaysHowManyRanksShareTheCpus) {
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  const int cpus = CPU_COUNT(&set);
+  if (cpus < 2) GTEST_SKIP() << "one CPU: nothing to measure";
+  if (2 * cpus + 1 > 9) GTEST_SKIP() << cpus << " CPUs: the group that follows the round trip would take " << 2 * cpus + 1 << " ranks";
+  for (int n : {2, 2 * cpus, 2 * cpus + 1}) {
+    const bool follows = n > 2 * cpus;
+    shoal_test::RunConfig cfg = shoal_test::transport_config("shm");
+    cfg.env.push_back({"SHOAL_DIRECT_STORES", ""});
+    EXPECT_TRUE(shoal_test::run_ranks(n, cfg, [follows](Communicator& c) {
+      const int before = threads_now();
+      std::vector<float> x(1024, 1.0f);  // 4 KiB: a small op's data area, copied in by copy_in
+      for (int i = 0; i < 4; ++i) c.allreduce(x.data(), x.data(), x.size(), DType::f32, ReduceOp::sum)->wait();
+      SH_CHECK_EQ(threads_now() - before, follows ? 2 : 0) << (follows ? "no probe started" : "a probe started");
+    })) << n << " ranks on " << cpus << " CPUs";
+  }
+}
+
 }  // namespace
 
