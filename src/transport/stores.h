@@ -51,7 +51,8 @@ class StoresChoice {
   // ring's messages from kStreamingMinBytes: shm_link.cpp) are timed once every kShortTimedSpan of
   // them (one in 128 of 1 KiB, one in 16 of 8 KiB): the fences of a timed copy (copy_for_readers)
   // wait for the stores before it and its own, which a broadcast's root, running ahead, leaves to
-  // land while it goes on; timed one in 16, its 1 KiB ops took 11% longer in the near state.
+  // land while it goes on; timed one in 16, its 1 KiB ops took 0.143 µs in the near state, against
+  // 0.137 timed so (BENCHMARKS.md, "Short copies timed to their last store").
   static constexpr size_t kShortTimedBytes = size_t(1) << 10;
   static constexpr size_t kShortTimedSpan = size_t(128) << 10;
   // They are slow above kShortFarNsPerKiB: timed to their last store (the fence), copies of 1-8
