@@ -105,7 +105,7 @@ class StoresChoice {
   bool plain_copy(size_t bytes) {
     if (by_round_trip_ || streaming()) return false;
     if (bytes < kShortTimedBytes || mode_ != Mode::automatic) return true;
-    if (bytes >= kTimedBytes || short_bytes_ + bytes >= kShortTimedSpan) return false;
+    if (bytes >= kTimedBytes || fills_span(bytes)) return false;
     short_bytes_ += bytes;
     return true;
   }
@@ -117,8 +117,10 @@ class StoresChoice {
   bool times_copy(size_t bytes) {
     if (bytes >= kTimedBytes) return true;
     if (bytes < kShortTimedBytes) return false;
-    short_bytes_ += bytes;
-    if (short_bytes_ < kShortTimedSpan) return false;
+    if (!fills_span(bytes)) {
+      short_bytes_ += bytes;
+      return false;
+    }
     short_bytes_ = 0;
     return true;
   }
@@ -175,6 +177,10 @@ class StoresChoice {
   }
 
  private:
+  // Whether a short copy of `bytes` brings the short copies since the last timed one to
+  // kShortTimedSpan: the one times_copy times (and plain_copy leaves to it).
+  bool fills_span(size_t bytes) const { return short_bytes_ + bytes >= kShortTimedSpan; }
+
   StoresChoice(Mode m, Clock clock, bool by_round_trip) : mode_(m), clock_(clock), by_round_trip_(by_round_trip) {}
 
   Mode mode_;
