@@ -55,8 +55,8 @@ void copy_for_readers(StoresChoice& s, FreshPages& pages, const uint8_t* area, s
     SHOAL_LOG(trace, "copy into shared memory by ordinary stores: %zu bytes, %llu ns per KiB", n,
               static_cast<unsigned long long>((t1 - t0) * 1024 / n));
     if (s.timed(n, t1 - t0, t1, also))
-      SHOAL_LOG(debug, "copies into shared memory now take non-temporal stores (ordinary ones: %llu ns per KiB)",
-                static_cast<unsigned long long>(s.last_ns_per_kib()));
+      SHOAL_LOG(debug, "copies into shared memory now take non-temporal stores (%u%% of the bytes timed last in slow copies)",
+                s.last_slow_percent());
   } else {
     copy_bytes(dst, src, n);
   }

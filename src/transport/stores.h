@@ -19,9 +19,9 @@
 // leaves waiting for their lines cost the most), judged kSampleBytes of them at a time (with
 // more ranks than cores a writer's readers sit on either core, and its single copies cost either;
 // with more than two ranks a core a measured round trip decides instead: set_machine below):
-// once kWindow samples in a row cost more than their copies' lengths at far_ns_per_kib it takes
-// non-temporal stores. A copy into pages of an area written for the first time is not timed: it
-// pays for mapping them (~1.5 µs a page on our VMs). What a non-temporal copy costs says nothing
+// once kWindow samples in a row hold at least half of their bytes in copies slower than their
+// lengths at far_ns_per_kib it takes non-temporal stores. A copy into pages of an area written
+// for the first time is not timed: it pays for mapping them (~1.5 µs a page on our VMs). What a non-temporal copy costs says nothing
 // of the cores, nor does an ordinary one into lines the readers no longer hold (cheap in either
 // state, the readers then fetching the data from the far cache), so once kRetryNs have passed (a
 // look at the clock every kRetryCopies non-temporal copies) it tries ordinary stores again.
@@ -32,7 +32,6 @@
 // ring's lines are held by its reader from one message to the next (BENCHMARKS.md, "The rings'
 // stores"). No rank needs to choose as another does: its readers see the same bytes either way.
 #pragma once
-#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -56,17 +55,19 @@ class StoresChoice {
   static constexpr size_t kShortTimedBytes = size_t(1) << 10;
   static constexpr size_t kShortTimedSpan = size_t(128) << 10;
   // They are slow above kShortFarNsPerKiB: timed to their last store (the fence), copies of 1-8
-  // KiB cost 78-109 ns per KiB near and 296-421 far, in the mean (BENCHMARKS.md, "Short copies
-  // timed to their last store").
-  static constexpr uint32_t kShortFarNsPerKiB = 220;
+  // KiB take 78-109 ns per KiB near and 296-421 far on an AMD EPYC, in the mean (BENCHMARKS.md,
+  // "Short copies timed to their last store"), with medians of 290 and more far; on an Intel
+  // Xeon whose cores share a cache, those of 1.5-2 KiB spread from ~110 to ~330, with medians of
+  // 176-256 ("Short copies on an Intel Xeon").
+  static constexpr uint32_t kShortFarNsPerKiB = 280;
   // An ordinary copy of `bytes` is slow above this.
   static constexpr uint32_t far_ns_per_kib(size_t bytes) { return bytes < kTimedBytes ? kShortFarNsPerKiB : kFarNsPerKiB; }
   static constexpr uint32_t kFarRoundTripNs = 300;  // core_probe.h's, where it decides (set_machine)
-  static constexpr size_t kSampleBytes = size_t(256) << 10;  // timed copies are judged by this much at a time
-  // A timed copy counts as at most this many times its length at its threshold: one that took
-  // longer lost its core meanwhile (a 4 KiB copy stopped for 100 µs would make a sample of 64
-  // cheap ones look 2.2x their threshold), and says nothing of where the readers sit.
-  static constexpr uint64_t kOutlierTimes = 4;
+  // Timed copies are judged by this much at a time, by the share of its bytes in slow copies, not
+  // by their mean: a short copy that lost its core meanwhile counts as one slow copy among many
+  // (a copy of a sample's length or more is a sample by itself, in either way), and the long tail
+  // of the near state on an Intel Xeon (above) does not weigh in beyond its share.
+  static constexpr size_t kSampleBytes = size_t(256) << 10;
   static constexpr int kWindow = 2;
   static constexpr uint32_t kRetryCopies = 64;
   static constexpr uint64_t kRetryNs = 1000000000;
@@ -126,19 +127,18 @@ class StoresChoice {
   }
 
   // What an ordinary copy of `bytes` (at least kShortTimedBytes) into shared memory took, at time
-  // `now` (ns, the choice's clock). A sample is slow where its copies took longer than each one's
-  // length at its threshold (far_ns_per_kib). True where that turned non-temporal stores on; then
-  // `also` (a ring's copy: the rank's choice for its scratch) takes them too (stream_from).
+  // `now` (ns, the choice's clock). A copy is slow where it took longer than its length at its
+  // threshold (far_ns_per_kib); a sample, where at least half of its bytes are in slow copies. True
+  // where that turned non-temporal stores on; then `also` (a ring's copy: the rank's choice for its
+  // scratch) takes them too (stream_from).
   bool timed(size_t bytes, uint64_t ns, uint64_t now, StoresChoice* also = nullptr) {
     if (!learning()) return false;
-    const uint64_t far_ns = bytes * far_ns_per_kib(bytes) / 1024;
     bytes_ += bytes;
-    ns_ += std::min(ns, kOutlierTimes * far_ns);
-    far_ns_ += far_ns;
+    if (ns * 1024 > uint64_t(bytes) * far_ns_per_kib(bytes)) slow_bytes_ += bytes;
     if (bytes_ < kSampleBytes) return false;
-    last_ns_per_kib_ = ns_ * 1024 / bytes_;
-    const bool slow = ns_ > far_ns_;
-    bytes_ = ns_ = far_ns_ = 0;
+    last_slow_percent_ = static_cast<uint32_t>(slow_bytes_ * 100 / bytes_);
+    const bool slow = 2 * slow_bytes_ >= bytes_;
+    bytes_ = slow_bytes_ = 0;
     if (!slow) {
       count_.store(0, std::memory_order_relaxed);
       return false;
@@ -151,14 +151,14 @@ class StoresChoice {
     if (also) also->stream_from(now);
     return true;
   }
-  // The last sample's cost, ns per KiB (its outliers counted as kOutlierTimes their threshold).
-  uint64_t last_ns_per_kib() const { return last_ns_per_kib_; }
+  // The share of the last sample's bytes in slow copies, percent.
+  uint32_t last_slow_percent() const { return last_slow_percent_; }
 
   // Takes non-temporal stores from time `now` (automatic only), as if its own copies had turned
   // them on: what another choice of the rank learned (below).
   void stream_from(uint64_t now) {
     if (mode_ != Mode::automatic || streaming()) return;
-    bytes_ = ns_ = far_ns_ = 0;
+    bytes_ = slow_bytes_ = 0;
     count_.store(0, std::memory_order_relaxed);
     since_.store(now, std::memory_order_relaxed);
     streaming_.store(true, std::memory_order_relaxed);
@@ -192,10 +192,10 @@ class StoresChoice {
   std::atomic<bool> streaming_{mode_ == Mode::streaming};
   std::atomic<uint32_t> count_{0};  // ordinary: slow samples in a row; non-temporal: copies since the clock was read
   std::atomic<uint64_t> since_{0};  // when non-temporal stores were turned on
-  uint64_t bytes_ = 0, ns_ = 0;     // timed copies since the last sample
-  uint64_t far_ns_ = 0;             // what they would take at their thresholds
+  uint64_t bytes_ = 0;              // timed copies since the last sample
+  uint64_t slow_bytes_ = 0;         // of which in copies slower than their thresholds
   size_t short_bytes_ = 0;          // bytes of the short copies since the last one timed
-  uint64_t last_ns_per_kib_ = 0;
+  uint32_t last_slow_percent_ = 0;
 };
 
 // The pages of one area a rank writes for others (its scratch, or one of its rings) that a timed
