@@ -599,6 +599,10 @@ TEST(CoreProbe, TheRendezvousSaysHowManyRanksShareTheCpus) {
       const int before = threads_now();
       std::vector<float> x(1024, 1.0f);  // 4 KiB: a small op's data area, copied in by copy_in
       for (int i = 0; i < 4; ++i) c.allreduce(x.data(), x.data(), x.size(), DType::f32, ReduceOp::sum)->wait();
+      // The probe's first thread starts its second (core_probe.cpp): on a busy machine, later.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (follows && threads_now() - before < 2 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
       SH_CHECK_EQ(threads_now() - before, follows ? 2 : 0) << (follows ? "no probe started" : "a probe started");
     })) << n << " ranks on " << cpus << " CPUs";
   }
