@@ -51,6 +51,9 @@ bool streamed_at(StoresChoice& s, uint64_t now) {
   return s.streamed(set_clock);
 }
 
+// Whether the choice times the next copy in of `n` bytes.
+bool times_next(StoresChoice& s, size_t n) { return s.next_copy(n) == StoresChoice::Copy::timed; }
+
 // Turns non-temporal stores on at time t0 with a window of slow copies; true where they came on.
 bool stream_from(StoresChoice& s, uint64_t t0) {
   bool on = false;
@@ -121,18 +124,18 @@ TEST(StoresChoice, ShortCopiesAreTimedOnceEverySpan) {
   StoresChoice s(Mode::automatic);
   int timed = 0;
   for (size_t i = 0; i < 10 * kSpan / kShort; ++i) {
-    EXPECT_TRUE(s.times_copy(StoresChoice::kTimedBytes));
-    EXPECT_FALSE(s.times_copy(kShort - 1));
-    timed += s.times_copy(kShort);
+    EXPECT_TRUE(times_next(s, StoresChoice::kTimedBytes));
+    EXPECT_FALSE(times_next(s, kShort - 1));
+    timed += times_next(s, kShort);
   }
   EXPECT_EQ(timed, 10);
-  for (size_t i = 0; i < 10 * kSpan / 4096; ++i) timed += s.times_copy(4096);
+  for (size_t i = 0; i < 10 * kSpan / 4096; ++i) timed += times_next(s, 4096);
   EXPECT_EQ(timed, 20);
   // Lengths that do not divide the span: the copy that reaches it is timed, and the count starts
   // again from nothing.
-  for (size_t i = 0, n = StoresChoice::kTimedBytes - 1; i < kSpan / n; ++i) EXPECT_FALSE(s.times_copy(n)) << i;
-  EXPECT_TRUE(s.times_copy(StoresChoice::kTimedBytes - 1));
-  EXPECT_FALSE(s.times_copy(kShort));
+  for (size_t i = 0, n = StoresChoice::kTimedBytes - 1; i < kSpan / n; ++i) EXPECT_FALSE(times_next(s, n)) << i;
+  EXPECT_TRUE(times_next(s, StoresChoice::kTimedBytes - 1));
+  EXPECT_FALSE(times_next(s, kShort));
 }
 
 // Each copy is judged by its length's threshold: a copy shorter than kTimedBytes, timed to its
@@ -189,7 +192,7 @@ TEST(StoresChoice, ACopyStoppedForLongCountsAsOneSlowCopy) {
   EXPECT_TRUE(s.streaming());
 }
 
-// copy_for_readers times copies as times_copy says, and not a copy into pages written for the
+// copy_for_readers times copies as next_copy says, and not a copy into pages written for the
 // first time: of copies of kShortTimedBytes into pages written before, one in kShortTimedSpan /
 // kShortTimedBytes reads the clock (twice); of shorter ones, none. Enough slow ones turn
 // non-temporal stores on.
@@ -219,17 +222,18 @@ TEST(StoresChoice, CopiesInAreTimedAsTheChoiceSays) {
   EXPECT_EQ(area[5 * kShort + 7], 1);
 }
 
-// copy_in's way (src/algo/direct_common.h): plain_copy first, copy_for_readers for the copies it
-// leaves. Of copies of 1-16 KiB into pages written before, the one that completes each
-// kShortTimedSpan reads the clock (twice); none where its pages are written for the first time.
-TEST(StoresChoice, CopiesThatPlainCopyLeavesAreTimedOnceEverySpan) {
+// Copies in of two lengths, as a chunked op's pieces and its short last one: of copies of 1-16 KiB
+// into pages written before, the one that completes each kShortTimedSpan reads the clock (twice);
+// none where its pages are written for the first time.
+TEST(StoresChoice, CopiesInOfTwoLengthsAreTimedOnceEverySpan) {
   constexpr size_t kShort = StoresChoice::kShortTimedBytes, kLong = 4 * kShort;
   constexpr size_t kPair = kShort + kLong, kSpan = StoresChoice::kShortTimedSpan;
   std::vector<uint8_t> src(kLong, 3), area(4 * StoresChoice::kTimedBytes);
   StoresChoice s(Mode::automatic, counting_clock);
-  auto copy_in = [&](FreshPages& pages, size_t n, size_t at) {
-    if (s.plain_copy(n)) return void(std::memcpy(area.data() + at, src.data(), n));
-    copy_for_readers(s, pages, area.data(), area.size(), area.data() + at, src.data(), n);
+  auto copy_in = [&](FreshPages& pages, size_t n, size_t at) {  // as src/algo/direct_common.h's
+    const StoresChoice::Copy how = s.next_copy(n);
+    if (how == StoresChoice::Copy::plain) return void(std::memcpy(area.data() + at, src.data(), n));
+    copy_timed_or_chosen(s, how, pages, area.data(), area.size(), area.data() + at, src.data(), n);
   };
   FreshPages fresh;
   g_clock_reads = 0;
@@ -251,30 +255,35 @@ TEST(StoresChoice, CopiesThatPlainCopyLeavesAreTimedOnceEverySpan) {
   EXPECT_EQ(area[2 * kShort + kLong - 1], 3);
 }
 
-// A copy that copy_in may make without the choice's bookkeeping: while the choice neither streams
-// nor follows the round trip, one shorter than any timed copy, or a short one that times_copy would
-// not time. Of the short copies of each span, plain_copy leaves one, and times_copy times it.
-TEST(StoresChoice, OnlyUntimedOrdinaryCopiesArePlain) {
+// How next_copy sends copies: plain (ordinary stores, untimed, left inline) while the choice
+// neither streams nor follows the round trip, for one shorter than any timed copy, or a short one
+// it does not time (one of each span's is timed); as the choice says (chosen) while it streams
+// or follows the round trip; in `cached`, plain at every length.
+TEST(StoresChoice, NextCopySaysHowACopyGoes) {
+  using Copy = StoresChoice::Copy;
   constexpr size_t kShort = StoresChoice::kShortTimedBytes;
   StoresChoice learning(Mode::automatic), cached(Mode::cached), streaming(Mode::streaming), by_trip(Mode::automatic);
   by_trip.set_machine(8, 2);
-  EXPECT_TRUE(learning.plain_copy(kShort - 1));
-  EXPECT_FALSE(learning.plain_copy(StoresChoice::kTimedBytes));
+  EXPECT_EQ(learning.next_copy(kShort - 1), Copy::plain);
+  EXPECT_EQ(learning.next_copy(StoresChoice::kTimedBytes), Copy::timed);
   for (int round = 0; round < 3; ++round) {
-    int left = 0;
+    int timed = 0;
     for (size_t i = 0; i < StoresChoice::kShortTimedSpan / kShort; ++i) {
-      if (learning.plain_copy(kShort)) continue;
-      ++left;
-      EXPECT_TRUE(learning.times_copy(kShort)) << round << " " << i;
+      const Copy how = learning.next_copy(kShort);
+      EXPECT_NE(how, Copy::chosen) << round << " " << i;
+      EXPECT_EQ(how == Copy::timed, i + 1 == StoresChoice::kShortTimedSpan / kShort) << round << " " << i;
+      timed += how == Copy::timed;
     }
-    EXPECT_EQ(left, 1) << round;
+    EXPECT_EQ(timed, 1) << round;
   }
-  EXPECT_TRUE(cached.plain_copy(kShort - 1));
-  EXPECT_TRUE(cached.plain_copy(StoresChoice::kTimedBytes));
-  EXPECT_FALSE(streaming.plain_copy(kStreamingFromBytes));
-  EXPECT_FALSE(by_trip.plain_copy(kStreamingFromBytes));
+  EXPECT_EQ(cached.next_copy(kShort - 1), Copy::plain);
+  EXPECT_EQ(cached.next_copy(StoresChoice::kTimedBytes), Copy::plain);
+  EXPECT_EQ(streaming.next_copy(kStreamingFromBytes), Copy::chosen);
+  EXPECT_EQ(by_trip.next_copy(kStreamingFromBytes), Copy::chosen);
+  EXPECT_EQ(by_trip.next_copy(StoresChoice::kTimedBytes), Copy::chosen);
   learning.stream_from(1);
-  EXPECT_FALSE(learning.plain_copy(kStreamingFromBytes));
+  EXPECT_EQ(learning.next_copy(kStreamingFromBytes), Copy::chosen);
+  EXPECT_EQ(learning.next_copy(kShort - 1), Copy::chosen);
 }
 
 TEST(StoresChoice, TriesOrdinaryStoresAgainAfterASecondAndEnoughCopies) {

@@ -1,6 +1,7 @@
 #include "transport/stores.h"
 
 #include <atomic>
+#include <cassert>
 #include <chrono>
 #include <string>
 
@@ -30,18 +31,18 @@ bool streams(const StoresChoice& s) {
   return s.by_round_trip() ? core_round_trip_ns() >= StoresChoice::kFarRoundTripNs : s.streaming();
 }
 
-void copy_for_readers(StoresChoice& s, FreshPages& pages, const uint8_t* area, size_t area_bytes, void* dst,
-                      const void* src, size_t n, StoresChoice* also) {
+void copy_timed_or_chosen(StoresChoice& s, StoresChoice::Copy how, FreshPages& pages, const uint8_t* area,
+                          size_t area_bytes, void* dst, const void* src, size_t n, StoresChoice* also) {
+  assert(how != StoresChoice::Copy::plain);
   const auto stream = [&] { copy_streaming_from(kStreamingFromBytes, dst, src, n); };
   if (s.by_round_trip()) return streams(s) ? stream() : copy_bytes(dst, src, n);
   const StoresChoice::Clock now_ns = s.clock() ? s.clock() : steady_ns;
-  if (s.streaming()) {
+  if (how == StoresChoice::Copy::chosen) {
     stream();
     // Counted from the length at which the copy stores non-temporally.
     if (n >= kStreamingFromBytes && s.mode() == StoresChoice::Mode::automatic && s.streamed(now_ns))
       SHOAL_LOG(debug, "copies into shared memory try ordinary stores again");
-  } else if (s.learning() && s.times_copy(n) &&
-             !pages.first_touch(area, area_bytes, static_cast<const uint8_t*>(dst), n)) {
+  } else if (!pages.first_touch(area, area_bytes, static_cast<const uint8_t*>(dst), n)) {
     // A store waits in the store buffer for its line, and a copy of a few KiB is done before the
     // first lines arrive: the fences (on x86, each waits for the stores before it to land; the
     // clock's read waits for the fence) time the copy from the last store before it to its own

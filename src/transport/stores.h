@@ -37,6 +37,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "reduce/copy.h"
+
 namespace shoal {
 
 // The choice, apart from copying, so that tests can drive it with chosen times (timed) or a clock
@@ -98,32 +100,18 @@ class StoresChoice {
   bool by_round_trip() const { return by_round_trip_; }
   // Whether copies in take non-temporal stores now.
   bool streaming() const { return streaming_.load(std::memory_order_relaxed); }
-  // Whether a copy of `bytes` takes ordinary stores untimed now: while the choice neither streams
-  // nor follows the round trip, one shorter than any timed copy, or a short one that times_copy
-  // would not time (counted here as it would count it: the one it would time is left to it). Such a
-  // copy (a small op's data) need not go through copy_for_readers. Asked once per copy, and a copy
-  // it says false of goes through copy_for_readers.
-  bool plain_copy(size_t bytes) {
-    if (by_round_trip_ || streaming()) return false;
-    if (bytes < kShortTimedBytes || mode_ != Mode::automatic) return true;
-    if (bytes >= kTimedBytes || fills_span(bytes)) return false;
-    short_bytes_ += bytes;
-    return true;
-  }
-  // Whether ordinary copies in are timed (then pass each to timed() that times_copy() picks).
+  // Whether ordinary copies in are timed (then pass each that next_copy says `timed` of, but one into
+  // pages written for the first time (FreshPages), to timed()).
   bool learning() const { return mode_ == Mode::automatic && !by_round_trip_ && !streaming(); }
-  // Whether to time an ordinary copy of `bytes` while learning: every one from kTimedBytes, and
-  // from kShortTimedBytes the one that brings the short copies since the last timed one to
-  // kShortTimedSpan.
-  bool times_copy(size_t bytes) {
-    if (bytes >= kTimedBytes) return true;
-    if (bytes < kShortTimedBytes) return false;
-    if (!fills_span(bytes)) {
-      short_bytes_ += bytes;
-      return false;
-    }
-    short_bytes_ = 0;
-    return true;
+  // How the next copy in of `bytes` goes: by ordinary stores, untimed (plain: most of a small op's
+  // data, which need not leave the caller's code); by ordinary stores, timed where its pages were
+  // written before (while learning); or
+  // as streams() says (chosen: while the choice streams or follows the round trip). Asked once
+  // per copy: it counts the short copies it does not time.
+  enum class Copy : uint8_t { plain, timed, chosen };
+  Copy next_copy(size_t bytes) {
+    if (by_round_trip_ || streaming()) return Copy::chosen;
+    return mode_ == Mode::automatic && times_copy(bytes) ? Copy::timed : Copy::plain;
   }
 
   // What an ordinary copy of `bytes` (at least kShortTimedBytes) into shared memory took, at time
@@ -177,9 +165,19 @@ class StoresChoice {
   }
 
  private:
-  // Whether a short copy of `bytes` brings the short copies since the last timed one to
-  // kShortTimedSpan: the one times_copy times (and plain_copy leaves to it).
-  bool fills_span(size_t bytes) const { return short_bytes_ + bytes >= kShortTimedSpan; }
+  // Whether to time an ordinary copy of `bytes` while learning: every one from kTimedBytes, and
+  // from kShortTimedBytes the one that brings the short copies since the last timed one to
+  // kShortTimedSpan.
+  bool times_copy(size_t bytes) {
+    if (bytes >= kTimedBytes) return true;
+    if (bytes < kShortTimedBytes) return false;
+    if (short_bytes_ + bytes < kShortTimedSpan) {
+      short_bytes_ += bytes;
+      return false;
+    }
+    short_bytes_ = 0;
+    return true;
+  }
 
   StoresChoice(Mode m, Clock clock, bool by_round_trip) : mode_(m), clock_(clock), by_round_trip_(by_round_trip) {}
 
@@ -242,11 +240,19 @@ bool streams(const StoresChoice& s);
 // with ordinary stores, untimed, whatever the choice (shm_link.cpp).
 inline constexpr size_t kStreamingFromBytes = 512;
 
+// A copy that next_copy says is timed or chosen, never plain (copy_for_readers).
+void copy_timed_or_chosen(StoresChoice& s, StoresChoice::Copy how, FreshPages& pages, const uint8_t* area,
+                          size_t area_bytes, void* dst, const void* src, size_t n, StoresChoice* also = nullptr);
+
 // dst = src (n bytes, no overlap), into this rank's shared memory for others ([area, area +
 // area_bytes): its scratch, or a ring, whose written pages `pages` keeps), with the stores `s`
 // chooses, timing the ordinary ones it learns from. Where this copy turns non-temporal stores on,
-// `also` (a ring's copy: the rank's scratch choice) takes them too.
-void copy_for_readers(StoresChoice& s, FreshPages& pages, const uint8_t* area, size_t area_bytes, void* dst,
-                      const void* src, size_t n, StoresChoice* also = nullptr);
+// `also` (a ring's copy: the rank's scratch choice) takes them too. A plain copy stays inline.
+inline void copy_for_readers(StoresChoice& s, FreshPages& pages, const uint8_t* area, size_t area_bytes, void* dst,
+                             const void* src, size_t n, StoresChoice* also = nullptr) {
+  const StoresChoice::Copy how = s.next_copy(n);
+  if (how == StoresChoice::Copy::plain) return copy_bytes(dst, src, n);
+  copy_timed_or_chosen(s, how, pages, area, area_bytes, dst, src, n, also);
+}
 
 }  // namespace shoal
