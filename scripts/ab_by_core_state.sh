@@ -12,7 +12,7 @@
 # BENCH_OLD_ENV and BENCH_NEW_ENV (VAR=VALUE ...) set each side's environment, as in
 # scripts/bench_ab.sh; BENCH (default build/shoal-bench) is the bench. One line per run: the time,
 # the op, the ranks, the side, the round trip (ns) and shoal's µs at each size (four decimals, from
-# --json; with BENCH_PEER, the table's two).
+# --json).
 # BENCH_PEER=ompi measures shoal against Open MPI instead: one run per case (`--vs ompi`, with
 # BENCH_NEW_ENV), whose Open MPI times are the old side and shoal's the new, under one round trip.
 set -euo pipefail
@@ -22,16 +22,27 @@ bench=${BENCH:-build/shoal-bench}
 probe=$(mktemp) json=$(mktemp)
 trap 'rm -f "$probe" "$json"' EXIT
 gcc -O2 -pthread -o "$probe" "$(dirname "$0")/round_trip.c"
+# The µs of field $1 (shoal_us, ompi_us, ...) at each size of the run's --json, four decimals (the
+# table's two do not tell 0.241 from 0.249 µs); "skipped" for a size that backend did not run.
+times_of() {
+  python3 -c 'import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+print(" ".join("skipped" if r.get(sys.argv[2]) is None else "%.4f" % r[sys.argv[2]] for r in rows))' "$json" "$1" 2>/dev/null || true
+}
 end=$(($(date +%s) + seconds))
 while [ "$(date +%s)" -lt "$end" ]; do
   for c in $cases; do
     op=${c%%:*} n=${c##*:}
     if [ -n "${BENCH_PEER:-}" ]; then
       rtt=$("$probe")
+      rm -f "$json"
       # shellcheck disable=SC2086  # BENCH_NEW_ENV is a list of VAR=VALUE words
-      out=$(env ${BENCH_NEW_ENV:-} "$bench" "$op" -n "$n" $sizes --vs "$BENCH_PEER" 2>&1 || true)
-      echo "$(date +%T) $op n=$n old rtt=$rtt | $(awk '/^ +[0-9]/ {printf "%s ", $9}' <<<"$out")"
-      echo "$(date +%T) $op n=$n new rtt=$rtt | $(awk '/^ +[0-9]/ {printf "%s ", $5}' <<<"$out")"
+      env ${BENCH_NEW_ENV:-} "$bench" "$op" -n "$n" $sizes --vs "$BENCH_PEER" --json "$json" >/dev/null 2>&1 || true
+      for side in old new; do
+        key=shoal_us
+        [ "$side" = old ] && key=${BENCH_PEER}_us
+        echo "$(date +%T) $op n=$n $side rtt=$rtt | $(times_of "$key")"
+      done
       continue
     fi
     for side in old new; do
@@ -39,12 +50,9 @@ while [ "$(date +%s)" -lt "$end" ]; do
       [ "$side" = new ] && side_env=${BENCH_NEW_ENV:-}
       rtt=$("$probe")
       # shellcheck disable=SC2086  # side_env is a list of VAR=VALUE words
-      # From --json: the table's two decimals do not tell 0.241 from 0.249 µs.
       rm -f "$json"
       env $side_env "$bench" "$op" -n "$n" $sizes --json "$json" >/dev/null 2>&1 || true
-      times=$(python3 -c 'import json, sys; print(" ".join("%.4f" % r["shoal_us"] for r in json.load(open(sys.argv[1]))["rows"]))' \
-        "$json" 2>/dev/null || true)
-      echo "$(date +%T) $op n=$n $side rtt=$rtt | $times"
+      echo "$(date +%T) $op n=$n $side rtt=$rtt | $(times_of shoal_us)"
     done
   done
 done
