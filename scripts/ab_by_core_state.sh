@@ -49,8 +49,8 @@ while [ "$(date +%s)" -lt "$end" ]; do
       side_env=${BENCH_OLD_ENV:-}
       [ "$side" = new ] && side_env=${BENCH_NEW_ENV:-}
       rtt=$("$probe")
-      # shellcheck disable=SC2086  # side_env is a list of VAR=VALUE words
       rm -f "$json"
+      # shellcheck disable=SC2086  # side_env is a list of VAR=VALUE words
       env $side_env "$bench" "$op" -n "$n" $sizes --json "$json" >/dev/null 2>&1 || true
       echo "$(date +%T) $op n=$n $side rtt=$rtt | $(times_of shoal_us)"
     done

@@ -156,8 +156,7 @@ inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderB
 inline bool streams(Ctx& c) { return shoal::streams(c.ways().stores()); }
 
 // dst = src into this rank's scratch for the others to read, with the stores transport/stores.h
-// chooses.
-// copy_for_readers, with the scratch named only for a copy that is not plain (ShmGroup's
+// chooses: copy_for_readers, with the scratch named only for a copy that is not plain (ShmGroup's
 // accessors are virtual calls, and most of a small op's copies are plain).
 inline void copy_in(Ctx& c, void* dst, const void* src, size_t n) {
   StoresChoice& s = c.ways().stores();

@@ -21,10 +21,11 @@
 // with more than two ranks a core a measured round trip decides instead: set_machine below):
 // once kWindow samples in a row hold at least half of their bytes in copies slower than their
 // lengths at far_ns_per_kib it takes non-temporal stores. A copy into pages of an area written
-// for the first time is not timed: it pays for mapping them (~1.5 µs a page on our VMs). What a non-temporal copy costs says nothing
-// of the cores, nor does an ordinary one into lines the readers no longer hold (cheap in either
-// state, the readers then fetching the data from the far cache), so once kRetryNs have passed (a
-// look at the clock every kRetryCopies non-temporal copies) it tries ordinary stores again.
+// for the first time is not timed: it pays for mapping them (~1.5 µs a page on our VMs). What a
+// non-temporal copy costs says nothing of the cores, nor does an ordinary one into lines the
+// readers no longer hold (cheap in either state, the readers then fetching the data from the far
+// cache), so once kRetryNs have passed (a look at the clock every kRetryCopies non-temporal
+// copies) it tries ordinary stores again.
 // A rank chooses for its scratch (a group's communicator holds that choice: algo::Ways::stores)
 // and for each of its rings, whose one reader may share the writer's core where others do not.
 // A ring that turns non-temporal stores on turns them on for the scratch too: the scratch's
@@ -100,14 +101,13 @@ class StoresChoice {
   bool by_round_trip() const { return by_round_trip_; }
   // Whether copies in take non-temporal stores now.
   bool streaming() const { return streaming_.load(std::memory_order_relaxed); }
-  // Whether ordinary copies in are timed (then pass each that next_copy says `timed` of, but one into
-  // pages written for the first time (FreshPages), to timed()).
+  // Whether ordinary copies in are timed (then pass each that next_copy says `timed` of, but one
+  // into pages written for the first time (FreshPages), to timed()).
   bool learning() const { return mode_ == Mode::automatic && !by_round_trip_ && !streaming(); }
   // How the next copy in of `bytes` goes: by ordinary stores, untimed (plain: most of a small op's
   // data, which need not leave the caller's code); by ordinary stores, timed where its pages were
-  // written before (while learning); or
-  // as streams() says (chosen: while the choice streams or follows the round trip). Asked once
-  // per copy: it counts the short copies it does not time.
+  // written before (while learning); or as streams() says (chosen: while the choice streams or
+  // follows the round trip). Asked once per copy: it counts the short copies it does not time.
   enum class Copy : uint8_t { plain, timed, chosen };
   Copy next_copy(size_t bytes) {
     if (by_round_trip_ || streaming()) return Copy::chosen;
