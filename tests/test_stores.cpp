@@ -232,10 +232,8 @@ TEST(StoresChoice, CopiesInOfTwoLengthsAreTimedOnceEverySpan) {
   constexpr size_t kPair = kShort + kLong, kSpan = StoresChoice::kShortTimedSpan;
   std::vector<uint8_t> src(kLong, 3), area(4 * StoresChoice::kTimedBytes);
   StoresChoice s(Mode::automatic, counting_clock);
-  auto copy_in = [&](FreshPages& pages, size_t n, size_t at) {  // as src/algo/direct_common.h's
-    const StoresChoice::Copy how = s.next_copy(n);
-    if (how == StoresChoice::Copy::plain) return void(std::memcpy(area.data() + at, src.data(), n));
-    copy_timed_or_chosen(s, how, pages, area.data(), area.size(), area.data() + at, src.data(), n);
+  auto copy_in = [&](FreshPages& pages, size_t n, size_t at) {
+    copy_for_readers(s, pages, area.data(), area.size(), area.data() + at, src.data(), n);
   };
   FreshPages fresh;
   g_clock_reads = 0;

@@ -156,14 +156,10 @@ inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderB
 inline bool streams(Ctx& c) { return shoal::streams(c.ways().stores()); }
 
 // dst = src into this rank's scratch for the others to read, with the stores transport/stores.h
-// chooses: copy_for_readers, with the scratch named only for a copy that is not plain (ShmGroup's
-// accessors are virtual calls, and most of a small op's copies are plain).
+// chooses.
 inline void copy_in(Ctx& c, void* dst, const void* src, size_t n) {
-  StoresChoice& s = c.ways().stores();
-  const StoresChoice::Copy how = s.next_copy(n);
-  if (how == StoresChoice::Copy::plain) return copy_bytes(dst, src, n);
-  ShmGroup& g = *c.shm();
-  copy_timed_or_chosen(s, how, c.ways().scratch_pages(), g.scratch(c.rank), g.scratch_bytes(), dst, src, n);
+  const ShmGroup& g = *c.shm();
+  copy_for_readers(c.ways().stores(), c.ways().scratch_pages(), g.scratch(c.rank), g.scratch_bytes(), dst, src, n);
 }
 
 // ---- Streamed ops: pieces published as they land -------------------------------------------------

@@ -7,6 +7,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace shoal {
 
@@ -15,9 +17,10 @@ class ShmGroup {
   virtual ~ShmGroup() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // Rank r's scratch area, mapped in this process; scratch_bytes() each, 64-byte aligned.
-  virtual uint8_t* scratch(int r) = 0;
-  virtual size_t scratch_bytes() const = 0;
+  // Rank r's scratch area, mapped in this process; scratch_bytes() each, 64-byte aligned. Not
+  // virtual: a direct op names a slot or its own scratch on every copy.
+  uint8_t* scratch(int r) const { return scratch_[r]; }
+  size_t scratch_bytes() const { return scratch_bytes_; }
   // All ranks of the group arrive before any leaves. Sleeps (futex) after a short spin; throws
   // PeerError if a peer dies or aborts, Timeout at the op's deadline. Memory written to scratch
   // areas before barrier() is visible to every rank after it.
@@ -58,6 +61,15 @@ class ShmGroup {
   // caller's buffer fails through here, so no write lands after the failure has reached the
   // caller, who may by then have freed the buffer.
   virtual void quiesce_writes() = 0;
+
+ protected:
+  // scratch[r]: rank r's scratch area as mapped in this process, scratch_bytes each.
+  ShmGroup(std::vector<uint8_t*> scratch, size_t scratch_bytes)
+      : scratch_(std::move(scratch)), scratch_bytes_(scratch_bytes) {}
+
+ private:
+  std::vector<uint8_t*> scratch_;
+  size_t scratch_bytes_;
 };
 
 }  // namespace shoal

@@ -29,6 +29,12 @@ constexpr size_t kTransferPiece = size_t(1) << 20;
 // ops of each slot take. Where between the two it stops paying is a judgement, not a measurement
 // (BENCHMARKS.md, "A group's first small ops").
 constexpr int kPrefaultPeersUpTo = 16;
+
+std::vector<uint8_t*> scratch_areas(const std::vector<ShmSegment>& segs) {
+  std::vector<uint8_t*> areas;
+  for (const ShmSegment& s : segs) areas.push_back(s.scratch());
+  return areas;
+}
 }  // namespace
 
 #ifndef MADV_POPULATE_READ  // Linux 5.14; older kernels answer EINVAL, and the pages are read instead
@@ -40,15 +46,14 @@ constexpr int kPrefaultPeersUpTo = 16;
 
 ShmGroupImpl::ShmGroupImpl(Waiter& waiter, int rank, const std::vector<ShmSegment>& segs, bool single_copy, int cores,
                            std::chrono::milliseconds timeout)
-    : waiter_(waiter),
+    : ShmGroup(scratch_areas(segs), segs[rank].control()->scratch_bytes),
+      waiter_(waiter),
       rank_(rank),
-      scratch_bytes_(segs[rank].control()->scratch_bytes),
       single_copy_(single_copy),
       cores_(std::max(1, cores)),
       timeout_(timeout) {
   for (int r = 0; r < static_cast<int>(segs.size()); ++r) {
     ctl_.push_back(segs[r].control());
-    scratch_.push_back(segs[r].scratch());
     if (r != rank) others_.push_back(r);
   }
   seq_ = ctl_[rank]->barrier_seq.load();
@@ -56,11 +61,11 @@ ShmGroupImpl::ShmGroupImpl(Waiter& waiter, int rank, const std::vector<ShmSegmen
 
 void ShmGroupImpl::prefault(size_t bytes) {
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  bytes = std::min(bytes, scratch_bytes_);
+  bytes = std::min(bytes, scratch_bytes());
   for (int r = 0; r < size(); ++r) {
     if (r != rank_ && size() > kPrefaultPeersUpTo) continue;
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(scratch_[r]) & ~(page - 1);
-    const uintptr_t end = reinterpret_cast<uintptr_t>(scratch_[r]) + bytes;
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(scratch(r)) & ~(page - 1);
+    const uintptr_t end = reinterpret_cast<uintptr_t>(scratch(r)) + bytes;
     // A read maps a page of tmpfs writable as well (a shared mapping without write notification).
     if (madvise(reinterpret_cast<void*>(begin), end - begin, r == rank_ ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) != 0)
       for (uintptr_t a = begin; a < end; a += page) (void)*reinterpret_cast<volatile const uint8_t*>(a);

@@ -20,8 +20,6 @@ class ShmGroupImpl : public ShmGroup {
                std::chrono::milliseconds timeout);
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(ctl_.size()); }
-  uint8_t* scratch(int r) override { return scratch_[r]; }
-  size_t scratch_bytes() const override { return scratch_bytes_; }
   void arrive() override;
   void complete() override;
   void wait(bool (*done)(void*), void* arg, int peer) override;
@@ -40,9 +38,7 @@ class ShmGroupImpl : public ShmGroup {
   Waiter& waiter_;
   int rank_;
   std::vector<ShmControl*> ctl_;
-  std::vector<uint8_t*> scratch_;
   std::vector<int> others_;
-  size_t scratch_bytes_;
   bool single_copy_;
   int cores_;
   std::chrono::milliseconds timeout_;
