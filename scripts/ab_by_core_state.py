@@ -8,7 +8,7 @@ then each size's median µs old → new with the ratio new/old, and the slowest 
     python3 scripts/ab_by_core_state.py ab.txt
 
 With --worst, for files of BENCH_PEER runs (old: the peer, new: shoal), each given with the labels
-of its sizes, prints per core state a table of the least median of old's time over new's across
+of its sizes, prints per core state (and for every run, "any") a table of the least median of old's time over new's across
 the sizes of all files, per op and ranks, with the size and the fewest runs of a size:
 
     python3 scripts/ab_by_core_state.py --worst "small.txt:8 B,64 B,512 B,4K" "large.txt:64K,256K,1M"
@@ -33,15 +33,19 @@ def number(t):
         return None
 
 
-def read(path):
-    """{(op, ranks, state): {"old": [[µs or None per size] per run], "new": [...]}}"""
+def read(path, pooled=False):
+    """{(op, ranks, state): {"old": [[µs or None per size] per run], "new": [...]}}; with pooled,
+    also every run of each op and ranks under the state "any"."""
     runs = collections.defaultdict(lambda: {"old": [], "new": []})
     for line in open(path):
         m = LINE.match(line)
         if not m or not m.group(5).split():
             continue
         op, n, side, rtt, times = m.groups()
-        runs[(op, int(n), state(int(rtt)))][side].append([number(t) for t in times.split()])
+        row = [number(t) for t in times.split()]
+        runs[(op, int(n), state(int(rtt)))][side].append(row)
+        if pooled:
+            runs[(op, int(n), "any")][side].append(row)
     return runs
 
 
@@ -74,13 +78,15 @@ def worst(specs):
     cells = collections.defaultdict(dict)  # (op, ranks, state) -> label -> (old/new, runs)
     for spec in specs:
         path, labels = spec.rsplit(":", 1)
-        for key, sides in read(path).items():
+        for key, sides in read(path, pooled=True).items():
             for i, label in enumerate(labels.split(",")):
                 m = size_medians(sides, i)
                 if m is not None:
                     cells[key][label] = (m[0] / m[1], min(len(m[2]), len(m[3])))
     ops = sorted({k[0] for k in cells})
-    for st in ("near", "far"):
+    # "mid": on an Intel Xeon most runs fall between the two (BENCHMARKS.md, "Short copies on an
+    # Intel Xeon"); "any": every run.
+    for st in [st for st in ("near", "mid", "far", "any") if any(k[2] == st for k in cells)]:
         print(f"\n{st}: least median of old's time over new's (size; fewest runs of a size)\n")
         print("| op | 2 ranks | 4 ranks | 8 ranks |\n|---|---|---|---|")
         for op in ops:

@@ -31,8 +31,8 @@ using shoal::algo::Ways;
 using shoal_test::ScopedEnv;
 using Mode = StoresChoice::Mode;
 
-constexpr size_t kBytes = StoresChoice::kSampleBytes;  // one sample a copy
-// Times of an ordinary copy of kBytes either side of the threshold.
+constexpr size_t kBytes = StoresChoice::kSampleBytes;  // the bytes of one sample (sample below)
+// Times of ordinary copies of kBytes in all either side of the threshold.
 constexpr uint64_t kSlowNs = (StoresChoice::kFarNsPerKiB + 1) * (kBytes >> 10);
 constexpr uint64_t kCheapNs = (StoresChoice::kFarNsPerKiB - 1) * (kBytes >> 10);
 
@@ -51,13 +51,22 @@ bool streamed_at(StoresChoice& s, uint64_t now) {
   return s.streamed(set_clock);
 }
 
+// One sample of timed copies: kSampleCopies of `bytes` between them, `ns` between them; what the
+// last one's timed() says.
+bool sample(StoresChoice& s, size_t bytes, uint64_t ns, uint64_t now, StoresChoice* also = nullptr) {
+  constexpr uint32_t k = StoresChoice::kSampleCopies;
+  bool on = false;
+  for (uint32_t i = 0; i < k; ++i) on = s.timed(bytes / k, ns / k, now, also);
+  return on;
+}
+
 // Whether the choice times the next copy in of `n` bytes.
 bool times_next(StoresChoice& s, size_t n) { return s.next_copy(n) == StoresChoice::Copy::timed; }
 
 // Turns non-temporal stores on at time t0 with a window of slow copies; true where they came on.
 bool stream_from(StoresChoice& s, uint64_t t0) {
   bool on = false;
-  for (int i = 0; i < StoresChoice::kWindow; ++i) on = s.timed(kBytes, kSlowNs, t0);
+  for (int i = 0; i < StoresChoice::kWindow; ++i) on = sample(s, kBytes, kSlowNs, t0);
   return on && s.streaming();
 }
 
@@ -65,37 +74,66 @@ TEST(StoresChoice, StreamsAfterAWindowOfSlowCopiesInARow) {
   StoresChoice s(Mode::automatic);
   EXPECT_FALSE(s.streaming());
   EXPECT_TRUE(s.learning());
-  for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(s.timed(kBytes, kSlowNs, 1)) << i;
+  for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(sample(s, kBytes, kSlowNs, 1)) << i;
   // A cheap copy breaks the run.
-  EXPECT_FALSE(s.timed(kBytes, kCheapNs, 1));
-  for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(s.timed(kBytes, kSlowNs, 1));
+  EXPECT_FALSE(sample(s, kBytes, kCheapNs, 1));
+  for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(sample(s, kBytes, kSlowNs, 1));
   EXPECT_FALSE(s.streaming());
-  EXPECT_TRUE(s.timed(kBytes, kSlowNs, 1));
+  EXPECT_TRUE(sample(s, kBytes, kSlowNs, 1));
   EXPECT_TRUE(s.streaming());
   EXPECT_FALSE(s.learning());
   EXPECT_EQ(s.last_slow_percent(), 100u);
   // The threshold is per byte: the same time over four times the bytes is cheap.
   StoresChoice t(Mode::automatic);
-  for (int i = 0; i < 2 * StoresChoice::kWindow; ++i) EXPECT_FALSE(t.timed(4 * kBytes, kSlowNs, 1));
+  for (int i = 0; i < 2 * StoresChoice::kWindow; ++i) EXPECT_FALSE(sample(t, 4 * kBytes, kSlowNs, 1));
   EXPECT_FALSE(t.streaming());
+}
+
+// A sample holds kSampleCopies copies or more, whatever their length: a long copy that lost its
+// core (one slow copy a sample, the others cheap) never makes a sample slow, nor do two in a row.
+TEST(StoresChoice, ALongCopyIsNeverASampleByItself) {
+  StoresChoice s(Mode::automatic);
+  static_assert(StoresChoice::kSampleCopies >= 3 && StoresChoice::kWindow == 2);
+  for (int i = 0; i < 8; ++i)
+    for (uint32_t k = 0; k < StoresChoice::kSampleCopies; ++k)
+      EXPECT_FALSE(s.timed(kBytes, k == 0 ? 10 * kSlowNs : kCheapNs, 1)) << i << " " << k;
+  EXPECT_EQ(s.last_slow_percent(), 100 / StoresChoice::kSampleCopies);
+  // Two slow copies in a row, the last of one sample and the first of the next: two samples a
+  // quarter slow, where one sample a copy would have been a window of slow ones.
+  for (uint32_t k = 0; k < 2 * StoresChoice::kSampleCopies; ++k) {
+    const bool slow = k == StoresChoice::kSampleCopies - 1 || k == StoresChoice::kSampleCopies;
+    EXPECT_FALSE(s.timed(kBytes, slow ? kSlowNs : kCheapNs, 1)) << k;
+  }
+  EXPECT_FALSE(s.streaming());
+  // Copies that are all slow: a window of samples of kSampleCopies each.
+  bool on = false;
+  for (uint32_t k = 0; k < StoresChoice::kWindow * StoresChoice::kSampleCopies; ++k) {
+    EXPECT_FALSE(s.streaming()) << k;
+    on = s.timed(kBytes, kSlowNs, 1);
+  }
+  EXPECT_TRUE(on);
+  EXPECT_TRUE(s.streaming());
 }
 
 // Copies shorter than a sample are judged together, by the share of their bytes in slow copies:
 // a slow one among cheap ones (a reader on the other core, the others on this one) makes a sample
-// slow only where it holds half of its bytes.
+// slow only where it holds more than half of its bytes.
 TEST(StoresChoice, ShortCopiesAreJudgedTogether) {
   constexpr size_t kQuarter = kBytes / 4;
   const uint64_t slow = (StoresChoice::kFarNsPerKiB * 3) * (kQuarter >> 10), cheap = 20 * (kQuarter >> 10);
   StoresChoice s(Mode::automatic);
   for (int i = 0; i < 8 * StoresChoice::kWindow; ++i)  // one slow, three cheap: a quarter of the bytes
     for (int k = 0; k < 4; ++k) EXPECT_FALSE(s.timed(kQuarter, k == 0 ? slow : cheap, 1));
+  for (int i = 0; i < 8 * StoresChoice::kWindow; ++i)  // two slow, two cheap: half
+    for (int k = 0; k < 4; ++k) EXPECT_FALSE(s.timed(kQuarter, k < 2 ? slow : cheap, 1));
   EXPECT_FALSE(s.streaming());
+  EXPECT_EQ(s.last_slow_percent(), 50u);
   bool on = false;
-  for (int i = 0; i < StoresChoice::kWindow; ++i)  // two slow, two cheap: half
-    for (int k = 0; k < 4; ++k) on = s.timed(kQuarter, k < 2 ? slow : cheap, 1);
+  for (int i = 0; i < StoresChoice::kWindow; ++i)  // three slow, one cheap
+    for (int k = 0; k < 4; ++k) on = s.timed(kQuarter, k < 3 ? slow : cheap, 1);
   EXPECT_TRUE(on);
   EXPECT_TRUE(s.streaming());
-  EXPECT_EQ(s.last_slow_percent(), 50u);
+  EXPECT_EQ(s.last_slow_percent(), 75u);
 }
 
 // A long tail does not make a sample slow (the near state of an Intel Xeon's 2 KiB copies: most
@@ -161,19 +199,19 @@ TEST(StoresChoice, ShortCopiesAreJudgedByTheirLengths) {
   EXPECT_FALSE(samples(k4, StoresChoice::kShortFarNsPerKiB - 1));
   EXPECT_TRUE(samples(StoresChoice::kShortTimedBytes, StoresChoice::kShortFarNsPerKiB + 1));
   EXPECT_FALSE(samples(StoresChoice::kShortTimedBytes, StoresChoice::kShortFarNsPerKiB - 1));
-  // In one sample, each copy counts at its own threshold: half of the bytes in 4 KiB copies and
-  // half in 64 KiB ones, all at `between`: the 4 KiB ones are slow, so the sample is (at one
-  // threshold for both lengths, all or none would be); the 4 KiB ones just under theirs: not slow
-  // (at the long threshold for both, the 64 KiB ones would be cheap too).
+  // In one sample, each copy counts at its own threshold: three quarters of the bytes in 4 KiB
+  // copies and a quarter in 64 KiB ones, all at `between`: the 4 KiB ones are slow, so the sample
+  // is, with 75% of its bytes slow (at one threshold for both lengths, all or none would be); the
+  // 4 KiB ones just under theirs: not slow.
   auto mixed = [](uint32_t short_ns_per_kib) {
     StoresChoice s(Mode::automatic);
     for (int w = 0; w < StoresChoice::kWindow; ++w) {
-      for (size_t b = 0; b < kBytes / 2; b += k4) s.timed(k4, short_ns_per_kib * 4, 1);
-      for (size_t b = 0; b < kBytes / 2; b += 65536) s.timed(65536, between * 64, 1);
+      for (size_t b = 0; b < kBytes * 3 / 4; b += k4) s.timed(k4, short_ns_per_kib * 4, 1);
+      for (size_t b = 0; b < kBytes / 4; b += 65536) s.timed(65536, between * 64, 1);
     }
     return std::make_pair(s.streaming(), s.last_slow_percent());
   };
-  EXPECT_EQ(mixed(between), std::make_pair(true, 50u));
+  EXPECT_EQ(mixed(between), std::make_pair(true, 75u));
   EXPECT_EQ(mixed(StoresChoice::kShortFarNsPerKiB - 10), std::make_pair(false, 0u));
 }
 
@@ -301,8 +339,8 @@ TEST(StoresChoice, TriesOrdinaryStoresAgainAfterASecondAndEnoughCopies) {
   EXPECT_FALSE(s.streaming());
   EXPECT_TRUE(s.learning());
   // Slow again: a full window before streaming, as at first.
-  for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(s.timed(kBytes, kSlowNs, t0 + 2 * kSecond));
-  EXPECT_TRUE(s.timed(kBytes, kSlowNs, t0 + 2 * kSecond));
+  for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(sample(s, kBytes, kSlowNs, t0 + 2 * kSecond));
+  EXPECT_TRUE(sample(s, kBytes, kSlowNs, t0 + 2 * kSecond));
   // Long past the second, but too few copies yet.
   for (uint32_t i = 0; i + 1 < StoresChoice::kRetryCopies; ++i) EXPECT_FALSE(streamed_at(s, t0 + 60 * kSecond)) << i;
   EXPECT_TRUE(s.streaming());
@@ -363,13 +401,13 @@ TEST(StoresChoice, StreamsFromWhatAnotherLearned) {
 // `also`; a window of slow samples short of turning them on does not.
 TEST(StoresChoice, SlowSamplesTurnOnTheChoicePassedAlong) {
   StoresChoice ring(Mode::automatic), scratch(Mode::automatic);
-  for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(ring.timed(kBytes, kSlowNs, 5, &scratch));
+  for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(sample(ring, kBytes, kSlowNs, 5, &scratch));
   EXPECT_FALSE(scratch.streaming());
-  EXPECT_TRUE(ring.timed(kBytes, kSlowNs, 5, &scratch));
+  EXPECT_TRUE(sample(ring, kBytes, kSlowNs, 5, &scratch));
   EXPECT_TRUE(ring.streaming());
   EXPECT_TRUE(scratch.streaming());
   StoresChoice other(Mode::automatic), untouched(Mode::automatic);
-  for (int i = 0; i < 2 * StoresChoice::kWindow; ++i) EXPECT_FALSE(other.timed(kBytes, kCheapNs, 5, &untouched));
+  for (int i = 0; i < 2 * StoresChoice::kWindow; ++i) EXPECT_FALSE(sample(other, kBytes, kCheapNs, 5, &untouched));
   EXPECT_FALSE(untouched.streaming());
 }
 
@@ -377,7 +415,7 @@ TEST(StoresChoice, ForcedStoresNeverChange) {
   for (Mode m : {Mode::cached, Mode::streaming}) {
     StoresChoice s(m);
     EXPECT_FALSE(s.learning());
-    for (int i = 0; i < 4 * StoresChoice::kWindow; ++i) EXPECT_FALSE(s.timed(kBytes, kSlowNs, 1));
+    for (int i = 0; i < 4 * StoresChoice::kWindow; ++i) EXPECT_FALSE(sample(s, kBytes, kSlowNs, 1));
     for (uint32_t i = 0; i < 4 * StoresChoice::kRetryCopies; ++i) EXPECT_FALSE(streamed_at(s, 10 * kSecond * (i + 1)));
     EXPECT_EQ(s.streaming(), m == Mode::streaming);
   }
@@ -454,8 +492,8 @@ TEST(StoresChoice, MoreThanTwoRanksACoreFollowTheRoundTrip) {
     s.set_machine(ranks, cores);
     EXPECT_EQ(s.by_round_trip(), follows) << ranks << " ranks on " << cores << " cores";
     EXPECT_EQ(s.learning(), !follows);
-    for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(s.timed(kBytes, kSlowNs, 1));
-    EXPECT_EQ(s.timed(kBytes, kSlowNs, 1), !follows);  // a window of slow samples turns it on, if learning
+    for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(sample(s, kBytes, kSlowNs, 1));
+    EXPECT_EQ(sample(s, kBytes, kSlowNs, 1), !follows);  // a window of slow samples turns it on, if learning
     EXPECT_EQ(StoresChoice::same_settings(s).by_round_trip(), follows);
   }
   for (Mode m : {Mode::cached, Mode::streaming}) {

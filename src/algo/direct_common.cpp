@@ -10,7 +10,6 @@
 namespace shoal::algo::direct {
 namespace {
 
-uint64_t* header(ShmGroup& g, int r) { return reinterpret_cast<uint64_t*>(g.scratch(r)); }
 // Mixed into a single-copy op's token: a peer that runs the two-copy form of the same call (it
 // cannot, while every rank sees the same sizes and group) fails the check instead of misreading.
 constexpr uint64_t kSingleCopyToken = 0x434d41;

@@ -152,6 +152,8 @@ size_t scratch_setting();
 size_t slot_bytes(size_t scratch);
 size_t slot_bytes(ShmGroup& g);
 inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderBytes + kSmallArea + s * slot_bytes(g); }
+// Rank r's header words (the layout above).
+inline uint64_t* header(ShmGroup& g, int r) { return reinterpret_cast<uint64_t*>(g.scratch(r)); }
 // Whether this rank's copies into its scratch take non-temporal stores now.
 inline bool streams(Ctx& c) { return shoal::streams(c.ways().stores()); }
 

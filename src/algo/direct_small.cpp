@@ -37,7 +37,6 @@ struct alignas(64) SlotHead {
 };
 static_assert(sizeof(SlotHead) == 64);
 
-uint64_t* header(ShmGroup& g, int r) { return reinterpret_cast<uint64_t*>(g.scratch(r)); }
 std::atomic<uint64_t>& done_word(ShmGroup& g, int r) {
   return *reinterpret_cast<std::atomic<uint64_t>*>(header(g, r) + 8);
 }

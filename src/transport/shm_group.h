@@ -63,7 +63,7 @@ class ShmGroup {
   virtual void quiesce_writes() = 0;
 
  protected:
-  // scratch[r]: rank r's scratch area as mapped in this process, scratch_bytes each.
+  // The areas scratch(r) returns, by rank.
   ShmGroup(std::vector<uint8_t*> scratch, size_t scratch_bytes)
       : scratch_(std::move(scratch)), scratch_bytes_(scratch_bytes) {}
 

@@ -16,16 +16,16 @@
 // The direct allreduce streams its reduced slices where its copies in stream (direct_allreduce.cpp).
 //
 // So in `automatic` a rank times its ordinary copies in to their last store (the stores a copy
-// leaves waiting for their lines cost the most), judged kSampleBytes of them at a time (with
-// more ranks than cores a writer's readers sit on either core, and its single copies cost either;
-// with more than two ranks a core a measured round trip decides instead: set_machine below):
-// once kWindow samples in a row hold at least half of their bytes in copies slower than their
-// lengths at far_ns_per_kib it takes non-temporal stores. A copy into pages of an area written
-// for the first time is not timed: it pays for mapping them (~1.5 µs a page on our VMs). What a
-// non-temporal copy costs says nothing of the cores, nor does an ordinary one into lines the
+// leaves waiting for their lines cost the most), judged kSampleBytes and kSampleCopies of them at a
+// time (with more ranks than cores a writer's readers sit on either core, and its single copies
+// cost either; with more than two ranks a core a measured round trip decides instead: set_machine
+// below): once kWindow samples in a row hold more than half of their bytes in copies slower than
+// their lengths at far_ns_per_kib it takes non-temporal stores. A copy into pages of an area
+// written for the first time is not timed: it pays for mapping them (~1.5 µs a page on our VMs).
+// What a non-temporal copy costs says nothing of the cores, nor does an ordinary one into lines the
 // readers no longer hold (cheap in either state, the readers then fetching the data from the far
-// cache), so once kRetryNs have passed (a look at the clock every kRetryCopies non-temporal
-// copies) it tries ordinary stores again.
+// cache), so once kRetryNs have passed (a look at the clock every kRetryCopies non-temporal copies)
+// it tries ordinary stores again.
 // A rank chooses for its scratch (a group's communicator holds that choice: algo::Ways::stores)
 // and for each of its rings, whose one reader may share the writer's core where others do not.
 // A ring that turns non-temporal stores on turns them on for the scratch too: the scratch's
@@ -71,6 +71,13 @@ class StoresChoice {
   // (a copy of a sample's length or more is a sample by itself, in either way), and the long tail
   // of the near state on an Intel Xeon (above) does not weigh in beyond its share.
   static constexpr size_t kSampleBytes = size_t(256) << 10;
+  // ... and of at least this many copies, more than half of whose bytes are in slow copies. On an
+  // Intel Xeon whose cores share a cache, ordinary copies of 64-512 KiB are now and then slow (1 in
+  // 220-400 over 300 ns per KiB, some at 1-3 µs per KiB: a copy that lost its core). Where one
+  // such copy made a sample, or two of four did, they turned non-temporal stores on for a second
+  // now and then, and a quarter to a third of the 2-rank allreduces of 128 KiB-2 MiB ran over 1.3x
+  // their median (BENCHMARKS.md, "Long copies that lose their core").
+  static constexpr uint32_t kSampleCopies = 4;
   static constexpr int kWindow = 2;
   static constexpr uint32_t kRetryCopies = 64;
   static constexpr uint64_t kRetryNs = 1000000000;
@@ -116,17 +123,19 @@ class StoresChoice {
 
   // What an ordinary copy of `bytes` (at least kShortTimedBytes) into shared memory took, at time
   // `now` (ns, the choice's clock). A copy is slow where it took longer than its length at its
-  // threshold (far_ns_per_kib); a sample, where at least half of its bytes are in slow copies. True
+  // threshold (far_ns_per_kib); a sample, where more than half of its bytes are in slow copies. True
   // where that turned non-temporal stores on; then `also` (a ring's copy: the rank's choice for its
   // scratch) takes them too (stream_from).
   bool timed(size_t bytes, uint64_t ns, uint64_t now, StoresChoice* also = nullptr) {
     if (!learning()) return false;
     bytes_ += bytes;
+    ++copies_;
     if (ns * 1024 > uint64_t(bytes) * far_ns_per_kib(bytes)) slow_bytes_ += bytes;
-    if (bytes_ < kSampleBytes) return false;
+    if (bytes_ < kSampleBytes || copies_ < kSampleCopies) return false;
     last_slow_percent_ = static_cast<uint32_t>(slow_bytes_ * 100 / bytes_);
-    const bool slow = 2 * slow_bytes_ >= bytes_;
+    const bool slow = 2 * slow_bytes_ > bytes_;
     bytes_ = slow_bytes_ = 0;
+    copies_ = 0;
     if (!slow) {
       count_.store(0, std::memory_order_relaxed);
       return false;
@@ -147,6 +156,7 @@ class StoresChoice {
   void stream_from(uint64_t now) {
     if (mode_ != Mode::automatic || streaming()) return;
     bytes_ = slow_bytes_ = 0;
+    copies_ = 0;
     count_.store(0, std::memory_order_relaxed);
     since_.store(now, std::memory_order_relaxed);
     streaming_.store(true, std::memory_order_relaxed);
@@ -192,6 +202,7 @@ class StoresChoice {
   std::atomic<uint64_t> since_{0};  // when non-temporal stores were turned on
   uint64_t bytes_ = 0;              // timed copies since the last sample
   uint64_t slow_bytes_ = 0;         // of which in copies slower than their thresholds
+  uint32_t copies_ = 0;             // timed copies since the last sample
   size_t short_bytes_ = 0;          // bytes of the short copies since the last one timed
   uint32_t last_slow_percent_ = 0;
 };
