@@ -8,8 +8,9 @@ then each size's median µs old → new with the ratio new/old, and the slowest 
     python3 scripts/ab_by_core_state.py ab.txt
 
 With --worst, for files of BENCH_PEER runs (old: the peer, new: shoal), each given with the labels
-of its sizes, prints per core state (and for every run, "any") a table of the least median of old's time over new's across
-the sizes of all files, per op and ranks, with the size and the fewest runs of a size:
+of its sizes, prints per core state (and for every run, "any") a table of the least median of
+old's time over new's across the sizes of all files, per op and ranks, with the size and the
+fewest runs of a size:
 
     python3 scripts/ab_by_core_state.py --worst "small.txt:8 B,64 B,512 B,4K" "large.txt:64K,256K,1M"
 """

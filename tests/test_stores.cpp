@@ -75,7 +75,7 @@ TEST(StoresChoice, StreamsAfterAWindowOfSlowCopiesInARow) {
   EXPECT_FALSE(s.streaming());
   EXPECT_TRUE(s.learning());
   for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(sample(s, kBytes, kSlowNs, 1)) << i;
-  // A cheap copy breaks the run.
+  // A cheap sample breaks the run.
   EXPECT_FALSE(sample(s, kBytes, kCheapNs, 1));
   for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(sample(s, kBytes, kSlowNs, 1));
   EXPECT_FALSE(s.streaming());
@@ -113,6 +113,22 @@ TEST(StoresChoice, ALongCopyIsNeverASampleByItself) {
   }
   EXPECT_TRUE(on);
   EXPECT_TRUE(s.streaming());
+}
+
+// The copies of a sample not yet judged when non-temporal stores come on (here from a ring's
+// choice) do not count after the retry: the first copy then is not a sample.
+TEST(StoresChoice, APartSampleEndsWhenNonTemporalStoresComeOn) {
+  StoresChoice s(Mode::automatic);
+  EXPECT_FALSE(sample(s, kBytes, kCheapNs, 1));
+  EXPECT_EQ(s.last_slow_percent(), 0u);
+  for (uint32_t k = 0; k + 1 < StoresChoice::kSampleCopies; ++k) EXPECT_FALSE(s.timed(kBytes, kSlowNs, 1));
+  s.stream_from(1);
+  ASSERT_TRUE(s.streaming());
+  bool off = false;
+  for (uint32_t k = 0; k < StoresChoice::kRetryCopies && !off; ++k) off = streamed_at(s, 1 + kSecond);
+  ASSERT_TRUE(off);
+  EXPECT_FALSE(s.timed(kBytes, kSlowNs, 1));
+  EXPECT_EQ(s.last_slow_percent(), 0u) << "a copy after the retry closed a sample begun before it";
 }
 
 // Copies shorter than a sample are judged together, by the share of their bytes in slow copies:

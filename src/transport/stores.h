@@ -66,17 +66,14 @@ class StoresChoice {
   // An ordinary copy of `bytes` is slow above this.
   static constexpr uint32_t far_ns_per_kib(size_t bytes) { return bytes < kTimedBytes ? kShortFarNsPerKiB : kFarNsPerKiB; }
   static constexpr uint32_t kFarRoundTripNs = 300;  // core_probe.h's, where it decides (set_machine)
-  // Timed copies are judged by this much at a time, by the share of its bytes in slow copies, not
-  // by their mean: a short copy that lost its core meanwhile counts as one slow copy among many
-  // (a copy of a sample's length or more is a sample by itself, in either way), and the long tail
-  // of the near state on an Intel Xeon (above) does not weigh in beyond its share.
+  // Timed copies are judged by this much at a time, and by kSampleCopies copies or more, by the
+  // share of their bytes in slow copies, not by their mean: a sample is slow where more than half
+  // of its bytes are. So a copy that lost its core meanwhile (one in a few hundred of 64-256 KiB
+  // on an Intel Xeon whose cores share a cache: BENCHMARKS.md, "Long copies that lose their
+  // core") never makes a sample slow by itself, whatever its length, nor do two such among four
+  // alike, and the long tail of the near state on an Intel Xeon (above) does not weigh in beyond
+  // its share.
   static constexpr size_t kSampleBytes = size_t(256) << 10;
-  // ... and of at least this many copies, more than half of whose bytes are in slow copies. On an
-  // Intel Xeon whose cores share a cache, ordinary copies of 64-512 KiB are now and then slow (1 in
-  // 220-400 over 300 ns per KiB, some at 1-3 µs per KiB: a copy that lost its core). Where one
-  // such copy made a sample, or two of four did, they turned non-temporal stores on for a second
-  // now and then, and a quarter to a third of the 2-rank allreduces of 128 KiB-2 MiB ran over 1.3x
-  // their median (BENCHMARKS.md, "Long copies that lose their core").
   static constexpr uint32_t kSampleCopies = 4;
   static constexpr int kWindow = 2;
   static constexpr uint32_t kRetryCopies = 64;
