@@ -131,8 +131,7 @@ class StoresChoice {
     if (bytes_ < kSampleBytes || copies_ < kSampleCopies) return false;
     last_slow_percent_ = static_cast<uint32_t>(slow_bytes_ * 100 / bytes_);
     const bool slow = 2 * slow_bytes_ > bytes_;
-    bytes_ = slow_bytes_ = 0;
-    copies_ = 0;
+    start_sample();
     if (!slow) {
       count_.store(0, std::memory_order_relaxed);
       return false;
@@ -152,8 +151,7 @@ class StoresChoice {
   // them on: what another choice of the rank learned (below).
   void stream_from(uint64_t now) {
     if (mode_ != Mode::automatic || streaming()) return;
-    bytes_ = slow_bytes_ = 0;
-    copies_ = 0;
+    start_sample();
     count_.store(0, std::memory_order_relaxed);
     since_.store(now, std::memory_order_relaxed);
     streaming_.store(true, std::memory_order_relaxed);
@@ -172,6 +170,11 @@ class StoresChoice {
   }
 
  private:
+  // Forgets the timed copies of the sample under way.
+  void start_sample() {
+    bytes_ = slow_bytes_ = 0;
+    copies_ = 0;
+  }
   // Whether to time an ordinary copy of `bytes` while learning: every one from kTimedBytes, and
   // from kShortTimedBytes the one that brings the short copies since the last timed one to
   // kShortTimedSpan.
