@@ -8,6 +8,7 @@
 // scales the result).
 #pragma once
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "algo/context.h"
@@ -54,10 +55,14 @@ void run_op(Ctx& c, const OpDesc& d);
 
 // Topo (where the ranks are) is in algo/context.h.
 
-// The bytes at the start of every rank's shared scratch area that small ops touch (the header
-// and the small slots, src/algo/direct_common.h): a group maps them into its processes when it is
-// made (ShmGroupImpl::prefault), so that its first ops take no page faults.
-size_t shm_small_op_bytes();
+// The parts of every rank's shared scratch area (offset, bytes) that a group's first ops touch: the
+// header and the small slots, which small ops rotate through, and the share of each data slot
+// that successive chunked ops move through (src/algo/direct_common.h, place_in_slot) where the
+// group's ranks have a core each and cut chunks by an L2 of `l2` bytes. A group maps them into
+// its processes when it is made (ShmGroupImpl::prefault), so that its first ops take no page
+// faults: each of the first ops of 16 KiB at 2 ranks would otherwise touch pages of its own and
+// of its peer's that no op touched before (BENCHMARKS.md, "A group's first chunked ops").
+std::vector<std::pair<size_t, size_t>> shm_first_ops_areas(const ShmGroup& g, size_t l2);
 
 // The algorithm that runs `kind` for a message of `bytes` (allgatherv: the total) among `size`
 // ranks. `requested` is the per-call choice (or SHOAL_ALGO, applied by the caller); automatic

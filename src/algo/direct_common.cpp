@@ -124,11 +124,16 @@ uint64_t op_number(Ctx& c) { return header(*c.shm(), c.rank)[0]; }
 
 size_t place_in_slot(Ctx& c, size_t bytes) {
   ShmGroup& g = *c.shm();
-  const size_t l2 = c.ways().l2();
-  if (bytes == 0 || !cuts_by_l2(l2) || g.shares_cores()) return 0;
+  const size_t share = slot_share(slot_bytes(g), c.size, c.ways().l2(), g.shares_cores());
+  if (bytes == 0 || share == 0) return 0;
   const size_t foot = (bytes + 63) / 64 * 64;  // places of whole cache lines
-  const size_t turns = std::min(slot_bytes(g), l2 / static_cast<size_t>(std::max(c.size - 1, 1))) / foot;
+  const size_t turns = share / foot;
   return turns > 1 ? static_cast<size_t>((op_number(c) >> 1) % turns) * foot : 0;
+}
+
+size_t slot_share(size_t slot, int p, size_t l2, bool shares_cores) {
+  if (!cuts_by_l2(l2) || shares_cores) return 0;
+  return std::min(slot, l2 / static_cast<size_t>(std::max(p - 1, 1)));
 }
 
 void end(Ctx& c, size_t nchunks) {
@@ -169,5 +174,12 @@ size_t reduce_scatter_piece(size_t slot, int p, size_t l2) {
 }  // namespace shoal::algo::direct
 
 namespace shoal {
-size_t shm_small_op_bytes() { return algo::direct::kHeaderBytes + algo::direct::kSmallArea; }
+std::vector<std::pair<size_t, size_t>> shm_first_ops_areas(const ShmGroup& g, size_t l2) {
+  using namespace algo::direct;
+  const size_t small = kHeaderBytes + kSmallArea, slot = slot_bytes(g.scratch_bytes());
+  const size_t share = slot_share(slot, g.size(), l2, g.shares_cores());
+  // Slot 0 starts where the small slots end.
+  if (share == 0) return {{0, small}};
+  return {{0, small + share}, {small + slot, share}};
+}
 }  // namespace shoal

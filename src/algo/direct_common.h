@@ -140,6 +140,10 @@ uint64_t op_number(Ctx& c);
 // ops: each op's place in the slot"). Every rank of the group gets the same place: the op's
 // number, the host's smallest L2 and whether ranks share cores are the same on each.
 size_t place_in_slot(Ctx& c, size_t bytes);
+// The share at the start of each slot that place_in_slot moves ops through, in bytes: L2/(p-1)
+// within a slot of `slot` bytes, where `p` ranks with a core each cut chunks by an L2 of `l2`
+// bytes (cuts_by_l2); 0 elsewhere (every op at the slot's start).
+size_t slot_share(size_t slot, int p, size_t l2, bool shares_cores);
 // Ends a chunked direct op whose last phase read chunk nchunks-1 from the peers' slots. A closing
 // barrier is needed only when that slot is the one the next op writes before its first barrier,
 // i.e. when nchunks is even (slot_of); otherwise the next op's first barrier covers it.

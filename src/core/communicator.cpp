@@ -514,7 +514,7 @@ Communicator::Communicator(std::shared_ptr<Store> store, int rank, int size, Opt
   if (m.topo.shm_all) {
     m.shm = std::make_unique<ShmGroupImpl>(*m.engine, m.engine->rank, m.topo.segs, m.topo.single_copy, m.topo.machine_cpus,
                                            m.opts.timeout);
-    m.shm->prefault(shm_small_op_bytes());
+    m.shm->prefault(shm_first_ops_areas(*m.shm, m.topo.ways.l2()));
   }
   m.thread = std::thread([this] { impl_->loop(); });
   pthread_setname_np(m.thread.native_handle(), "shoal-progress");  // for top -H, perf and gdb

@@ -59,16 +59,18 @@ ShmGroupImpl::ShmGroupImpl(Waiter& waiter, int rank, const std::vector<ShmSegmen
   seq_ = ctl_[rank]->barrier_seq.load();
 }
 
-void ShmGroupImpl::prefault(size_t bytes) {
+void ShmGroupImpl::prefault(const std::vector<std::pair<size_t, size_t>>& areas) {
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  bytes = std::min(bytes, scratch_bytes());
   for (int r = 0; r < size(); ++r) {
     if (r != rank_ && size() > kPrefaultPeersUpTo) continue;
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(scratch(r)) & ~(page - 1);
-    const uintptr_t end = reinterpret_cast<uintptr_t>(scratch(r)) + bytes;
-    // A read maps a page of tmpfs writable as well (a shared mapping without write notification).
-    if (madvise(reinterpret_cast<void*>(begin), end - begin, r == rank_ ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) != 0)
-      for (uintptr_t a = begin; a < end; a += page) (void)*reinterpret_cast<volatile const uint8_t*>(a);
+    for (const auto& [off, bytes] : areas) {
+      if (off >= scratch_bytes()) continue;
+      const uintptr_t begin = (reinterpret_cast<uintptr_t>(scratch(r)) + off) & ~(page - 1);
+      const uintptr_t end = reinterpret_cast<uintptr_t>(scratch(r)) + off + std::min(bytes, scratch_bytes() - off);
+      // A read maps a page of tmpfs writable as well (a shared mapping without write notification).
+      if (madvise(reinterpret_cast<void*>(begin), end - begin, r == rank_ ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) != 0)
+        for (uintptr_t a = begin; a < end; a += page) (void)*reinterpret_cast<volatile const uint8_t*>(a);
+    }
   }
 }
 

@@ -29,10 +29,11 @@ class ShmGroupImpl : public ShmGroup {
   void read(int r, const void* remote, void* local, size_t n) override;
   void write(int r, const void* local, void* remote, size_t n) override;
   void quiesce_writes() override;
-  // Maps the first `bytes` of this rank's scratch area into this process now, for writing, and
-  // of every peer's in a small group (kPrefaultPeersUpTo): an op's first touch of a page costs a
-  // fault, and the first small ops of a group each touch pages of their own (their slots rotate).
-  void prefault(size_t bytes);
+  // Maps the `areas` (offset, bytes) of this rank's scratch area into this process now, for
+  // writing, and of every peer's in a small group (kPrefaultPeersUpTo): an op's first touch of a
+  // page costs a fault, and the first ops of a group each touch pages of their own (the small
+  // slots rotate, and so do the chunked ops' places in the data slots).
+  void prefault(const std::vector<std::pair<size_t, size_t>>& areas);
 
  private:
   Waiter& waiter_;
