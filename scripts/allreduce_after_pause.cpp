@@ -1,0 +1,65 @@
+// allreduce after a pause: p ranks (forked) each make N blocking allreduces of B bytes (f32), each
+// after a barrier and a sleep of PAUSE_US, and time each call alone; prints the median, the 90th
+// percentile and the slowest call, each the most over the ranks, in µs. Ops that come one after
+// another keep their memory in use; ops a pause apart find it as the machine left it
+// (BENCHMARKS.md, "Writes after a pause").
+//
+//   g++ -O2 -std=c++20 -Iinclude -Ibuild/include scripts/allreduce_after_pause.cpp build/libshoal.so \
+//       -Wl,-rpath,$PWD/build -o build/allreduce_after_pause
+//   build/allreduce_after_pause P BYTES CALLS PAUSE_US       (LD_LIBRARY_PATH picks another libshoal.so)
+#include <sys/wait.h>
+#include <unistd.h>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+#include "shoal/communicator.h"
+#include "shoal/store.h"
+using namespace shoal;
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    fprintf(stderr, "usage: %s P BYTES CALLS PAUSE_US\n", argv[0]);
+    return 2;
+  }
+  const int p = atoi(argv[1]), calls = atoi(argv[3]);
+  const size_t bytes = strtoull(argv[2], 0, 10);
+  const auto pause = std::chrono::microseconds(atol(argv[4]));
+  const std::string path = "/tmp/after-pause-store-" + std::to_string(getpid());
+  for (int r = 0; r < p; ++r) {
+    if (fork() != 0) continue;
+    auto st = std::make_shared<FileStore>(path);
+    Communicator c(st, r, p);
+    std::vector<float> in(bytes / 4, 1.0f), out(bytes / 4);
+    CallOptions o;
+    o.blocking = true;
+    for (int i = 0; i < 20; ++i) c.allreduce(in.data(), out.data(), in.size(), DType::f32, ReduceOp::sum, o);
+    std::vector<double> us(calls);
+    for (int i = 0; i < calls; ++i) {
+      c.barrier()->wait();
+      std::this_thread::sleep_for(pause);
+      const auto t0 = std::chrono::steady_clock::now();
+      c.allreduce(in.data(), out.data(), in.size(), DType::f32, ReduceOp::sum, o);
+      us[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    }
+    if (out[0] != static_cast<float>(p)) {
+      fprintf(stderr, "rank %d: wrong result %g\n", r, out[0]);
+      _exit(1);
+    }
+    std::sort(us.begin(), us.end());
+    double mine[3] = {us[calls / 2], us[calls * 9 / 10], us[calls - 1]}, all[3];
+    for (int k = 0; k < 3; ++k) c.allreduce(&mine[k], &all[k], 1, DType::f64, ReduceOp::max)->wait();
+    if (r == 0) printf("median %.1f  p90 %.1f  slowest %.1f\n", all[0], all[1], all[2]);
+    fflush(stdout);
+    _exit(0);
+  }
+  int bad = 0, st = 0;
+  for (int r = 0; r < p; ++r) {
+    wait(&st);
+    bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+  }
+  unlink(path.c_str());
+  return bad;
+}
