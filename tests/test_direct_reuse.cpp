@@ -789,11 +789,11 @@ TEST(DirectReuse, AGroupsFirstSmallOpsTakeNoPageFaults) {
 }
 
 // Nor do its first chunked ops, whose places in the data slots move through a share of one L2
-// (direct_common.h, place_in_slot): without the prefault, each of the first 256 allreduces of 16
-// KiB at 2 ranks with a core each touches pages of its own slots and of its peer's that no op
-// touched before (329 faults in the first 64 on an Intel Xeon, against none once every place was
-// used: BENCHMARKS.md, "A group's first chunked ops"). Where the ranks share cores the places do
-// not move, and this cannot fail.
+// (direct_common.h, place_in_slot): without the prefault, each of the first 2·L2/16 KiB allreduces
+// of 16 KiB at 2 ranks with a core each (256 with an L2 of 2 MiB) touches pages of its own slots
+// and of its peer's that no op touched before (329 faults in the first 64 on an Intel Xeon,
+// against none once every place was used: BENCHMARKS.md, "A group's first chunked ops"). Where
+// the ranks share cores, or the L2 is unknown, the places do not move and this cannot fail.
 TEST(DirectReuse, AGroupsFirstChunkedOpsTakeNoPageFaults) {
   if (kSanitized) GTEST_SKIP() << "a sanitizer's shadow of the scratch takes its pages at the first ops";
   ASSERT_TRUE(run_ranks(2, Env{{"SHOAL_TRANSPORT", ""}, {"SHOAL_ALGO", ""}}, [](Communicator& c) {
@@ -811,7 +811,7 @@ TEST(DirectReuse, AGroupsFirstChunkedOpsTakeNoPageFaults) {
       return after.ru_minflt - before.ru_minflt;
     };
     const long first = faults_in(64);
-    faults_in(512);  // every place of both slots used
+    faults_in(512);  // every place of both slots used (with an L2 of up to 4 MiB)
     const long again = faults_in(64);
     SH_CHECK(first - again < 16) << first << " page faults in the first 64 ops of 16 KiB, " << again << " in 64 later";
   }));

@@ -18,7 +18,7 @@ constexpr uint64_t kSingleCopyToken = 0x434d41;
 
 Small begin(Ctx& c, uint64_t sig) {
   ShmGroup& g = *c.shm();
-  if (g.scratch_bytes() < kHeaderBytes + kSmallArea + 2 * 64 * static_cast<size_t>(c.size) + 64)
+  if (g.scratch_bytes() < kSlotsStart + 2 * 64 * static_cast<size_t>(c.size) + 64)
     throw Error(std::string(c.what) + ": the shared-memory scratch area (" + std::to_string(g.scratch_bytes()) +
                 " bytes) is too small for the direct algorithms");
   const Small sm = small_begin(c, sig, 0);
@@ -142,9 +142,9 @@ void end(Ctx& c, size_t nchunks) {
 
 size_t scratch_setting() { return params::bytes("SHOAL_SHM_SCRATCH").value_or(size_t(16) << 20); }
 
-size_t slot_bytes(size_t scratch) { return (scratch - kHeaderBytes - kSmallArea) / 2 / 64 * 64; }
+size_t slot_bytes(size_t scratch) { return (scratch - kSlotsStart) / 2 / 64 * 64; }
 
-size_t slot_bytes(ShmGroup& g) { return slot_bytes(g.scratch_bytes()); }
+size_t slot_bytes(const ShmGroup& g) { return slot_bytes(g.scratch_bytes()); }
 
 size_t chunk_target(ShmGroup& g, int p) { return chunk_target(slot_bytes(g), p); }
 
@@ -176,10 +176,10 @@ size_t reduce_scatter_piece(size_t slot, int p, size_t l2) {
 namespace shoal {
 std::vector<std::pair<size_t, size_t>> shm_first_ops_areas(const ShmGroup& g, size_t l2) {
   using namespace algo::direct;
-  const size_t small = kHeaderBytes + kSmallArea, slot = slot_bytes(g.scratch_bytes());
-  const size_t share = slot_share(slot, g.size(), l2, g.shares_cores());
+  if (g.size() < 2) return {};  // a group of one runs no op on its scratch
+  const size_t share = slot_share(slot_bytes(g), g.size(), l2, g.shares_cores());
   // Slot 0 starts where the small slots end.
-  if (share == 0) return {{0, small}};
-  return {{0, small + share}, {small + slot, share}};
+  if (share == 0) return {{0, kSlotsStart}};
+  return {{0, kSlotsStart + share}, {kSlotsStart + slot_bytes(g), share}};
 }
 }  // namespace shoal

@@ -76,6 +76,8 @@ inline constexpr size_t kSmallLineBytes = 512;
 inline bool in_data_area(size_t bytes) { return bytes > kSmallLineBytes; }
 inline constexpr size_t kSmallInlineBytes = 48;
 inline constexpr size_t kSmallArea = kSmallSlots * (size_t(64) + kSmallLineBytes) + kSmallDataSlots * kSmallBytes;
+// Where a scratch area's two data slots start: after the header and the small slots.
+inline constexpr size_t kSlotsStart = kHeaderBytes + kSmallArea;
 // Per-rank bytes one pipeline chunk moves through scratch: the whole group touches about
 // 2·p·chunk bytes of scratch per phase, kept under kWorkingSetBytes so it stays in L3.
 inline constexpr size_t kWorkingSetBytes = size_t(16) << 20;
@@ -154,8 +156,8 @@ size_t scratch_setting();
 // Bytes of one of the two data slots of a scratch area of `scratch` bytes (a multiple of 64), and
 // of each rank's scratch in `g`.
 size_t slot_bytes(size_t scratch);
-size_t slot_bytes(ShmGroup& g);
-inline uint8_t* slot(ShmGroup& g, int r, int s) { return g.scratch(r) + kHeaderBytes + kSmallArea + s * slot_bytes(g); }
+size_t slot_bytes(const ShmGroup& g);
+inline uint8_t* slot(const ShmGroup& g, int r, int s) { return g.scratch(r) + kSlotsStart + s * slot_bytes(g); }
 // Rank r's header words (the layout above).
 inline uint64_t* header(ShmGroup& g, int r) { return reinterpret_cast<uint64_t*>(g.scratch(r)); }
 // Whether this rank's copies into its scratch take non-temporal stores now.

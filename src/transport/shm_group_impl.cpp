@@ -23,11 +23,12 @@ constexpr int kQuickPolls = 16;
 // a peer that has failed its op (a third rank died, a timeout, abort()) waits for at most one
 // piece before its failure reaches its caller (quiesce_writes).
 constexpr size_t kTransferPiece = size_t(1) << 20;
-// prefault() maps the peers' areas too in groups of up to this many ranks, where it measured no
-// cost in construction (2-16 ranks). At 128 ranks it made construction about 15% slower and a
-// rank's resident size (shared pages counted) three times larger, for faults that only the first
-// ops of each slot take. Where between the two it stops paying is a judgement, not a measurement
-// (BENCHMARKS.md, "A group's first small ops").
+// prefault() maps the peers' areas too in groups of up to this many ranks. For the small slots alone
+// it measured no cost in construction at 2-16 ranks; at 128 ranks it made construction about 15%
+// slower and a rank's resident size (shared pages counted) three times larger, for faults that
+// only the first ops of each slot take (BENCHMARKS.md, "A group's first small ops"). With the data
+// slots' shares too, a group of 2 takes 14-33 ms to make instead of 8-14 ("A group's first chunked
+// ops"); 3-16 ranks with a core each are not measured. Where it stops paying is a judgement.
 constexpr int kPrefaultPeersUpTo = 16;
 
 std::vector<uint8_t*> scratch_areas(const std::vector<ShmSegment>& segs) {

@@ -2,6 +2,7 @@
 // Waiter), so a dead or aborted peer and the op's deadline end the wait.
 #pragma once
 #include <chrono>
+#include <utility>
 #include <vector>
 
 #include "transport/shm_group.h"
