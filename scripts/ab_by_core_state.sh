@@ -15,8 +15,10 @@
 # --json).
 # BENCH_PEER=ompi measures shoal against Open MPI instead: one run per case (`--vs ompi`, with
 # BENCH_NEW_ENV), whose Open MPI times are the old side and shoal's the new, under one round trip.
+# BENCH_VS=ompi runs both sides with `--vs ompi` and keeps shoal's times: each size's Open MPI phase
+# then leaves shoal's memory idle between its sizes, as a program that does other work between ops.
 set -euo pipefail
-[ $# -eq 3 ] || { sed -n '2,17p' "$0"; exit 2; }
+[ $# -eq 3 ] || { sed -n '2,19p' "$0"; exit 2; }
 seconds=$1 cases=$2 sizes=$3
 bench=${BENCH:-build/shoal-bench}
 probe=$(mktemp) json=$(mktemp)
@@ -51,7 +53,7 @@ while [ "$(date +%s)" -lt "$end" ]; do
       rtt=$("$probe")
       rm -f "$json"
       # shellcheck disable=SC2086  # side_env is a list of VAR=VALUE words
-      env $side_env "$bench" "$op" -n "$n" $sizes --json "$json" >/dev/null 2>&1 || true
+      env $side_env "$bench" "$op" -n "$n" $sizes ${BENCH_VS:+--vs "$BENCH_VS"} --json "$json" >/dev/null 2>&1 || true
       echo "$(date +%T) $op n=$n $side rtt=$rtt | $(times_of shoal_us)"
     done
   done

@@ -22,6 +22,7 @@
 // below): once kWindow samples in a row hold more than half of their bytes in copies slower than
 // their lengths at far_ns_per_kib it takes non-temporal stores. A copy into pages of an area
 // written for the first time is not timed: it pays for mapping them (~1.5 µs a page on our VMs).
+// Nor do the copies just after a pause count (kIdleNs): they pay for pages the host took back.
 // What a non-temporal copy costs says nothing of the cores, nor does an ordinary one into lines the
 // readers no longer hold (cheap in either state, the readers then fetching the data from the far
 // cache), so once kRetryNs have passed (a look at the clock every kRetryCopies non-temporal copies)
@@ -78,6 +79,13 @@ class StoresChoice {
   static constexpr int kWindow = 2;
   static constexpr uint32_t kRetryCopies = 64;
   static constexpr uint64_t kRetryNs = 1000000000;
+  // Timed copies that come within kSettleNs after kIdleNs or more without one count for nothing:
+  // on our VMs the first write to a page not written for a while traps to the host, 100-600 µs a
+  // page in one of twenty after 100 ms and one of five after a second (BENCHMARKS.md, "Writes
+  // after a pause"), so the copies after a pause (the program computed, or another library ran)
+  // come out slow in either state until the pages they reuse have all been written again.
+  static constexpr uint64_t kIdleNs = 20000000;
+  static constexpr uint64_t kSettleNs = 10000000;
 
   // What timed copies read as the time, ns (the steady clock where none is given: tests give one).
   using Clock = uint64_t (*)();
@@ -125,6 +133,13 @@ class StoresChoice {
   // scratch) takes them too (stream_from).
   bool timed(size_t bytes, uint64_t ns, uint64_t now, StoresChoice* also = nullptr) {
     if (!learning()) return false;
+    if (last_ns_ != 0 && now - last_ns_ >= kIdleNs) {
+      settle_until_ = now + kSettleNs;
+      start_sample();
+      count_.store(0, std::memory_order_relaxed);
+    }
+    last_ns_ = now;
+    if (now < settle_until_) return false;
     bytes_ += bytes;
     ++copies_;
     if (ns * 1024 > uint64_t(bytes) * far_ns_per_kib(bytes)) slow_bytes_ += bytes;
@@ -166,6 +181,7 @@ class StoresChoice {
     count_.store(k < kRetryCopies ? k : 0, std::memory_order_relaxed);
     if (k < kRetryCopies || now() - since_.load(std::memory_order_relaxed) < kRetryNs) return false;
     streaming_.store(false, std::memory_order_relaxed);
+    last_ns_ = 0;  // the non-temporal copies kept the pages written: no pause to settle from
     return true;
   }
 
@@ -204,6 +220,8 @@ class StoresChoice {
   uint64_t slow_bytes_ = 0;         // of which in copies slower than their thresholds
   uint32_t copies_ = 0;             // timed copies since the last sample
   size_t short_bytes_ = 0;          // bytes of the short copies since the last one timed
+  uint64_t last_ns_ = 0;            // when the last timed copy ended (0: none since the choice learns)
+  uint64_t settle_until_ = 0;       // timed copies before this count for nothing (kSettleNs)
   uint32_t last_slow_percent_ = 0;
 };
 
