@@ -16,9 +16,10 @@
 # BENCH_PEER=ompi measures shoal against Open MPI instead: one run per case (`--vs ompi`, with
 # BENCH_NEW_ENV), whose Open MPI times are the old side and shoal's the new, under one round trip.
 # BENCH_VS=ompi runs both sides with `--vs ompi` and keeps shoal's times: each size's Open MPI phase
-# then leaves shoal's memory idle between its sizes, as a program that does other work between ops.
+# then leaves shoal's memory idle between its sizes, as a program that does other work between ops
+# (not with BENCH_PEER, whose runs are under --vs already).
 set -euo pipefail
-[ $# -eq 3 ] || { sed -n '2,19p' "$0"; exit 2; }
+[ $# -eq 3 ] || { sed -n '2,20p' "$0"; exit 2; }
 seconds=$1 cases=$2 sizes=$3
 bench=${BENCH:-build/shoal-bench}
 probe=$(mktemp) json=$(mktemp)

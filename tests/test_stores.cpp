@@ -340,27 +340,40 @@ TEST(StoresChoice, NextCopySaysHowACopyGoes) {
   EXPECT_EQ(learning.next_copy(kShort - 1), Copy::chosen);
 }
 
-// Copies that come within kSettleNs after a pause of kIdleNs or more count for nothing: on our VMs
-// they pay for pages the host took back, in either state (BENCHMARKS.md, "Writes after a pause").
-// After the settling, slow copies turn non-temporal stores on as at first.
+// Copies from kTimedBytes that start within kSettleNs after a pause of kIdleNs or more count for
+// nothing: on our VMs they pay for pages the host took back, in either state (BENCHMARKS.md,
+// "Writes after a pause"). The pause also forgets the slow samples before it and the sample under
+// way; once settled, slow copies turn non-temporal stores on as at first. A copy's time counts
+// from its start: `now` is its end, `ns` its length.
 TEST(StoresChoice, CopiesJustAfterAPauseAreNotJudged) {
+  static_assert(kBytes / StoresChoice::kSampleCopies >= StoresChoice::kTimedBytes);
   const uint64_t t0 = 5 * kSecond;
   StoresChoice s(Mode::automatic);
-  EXPECT_FALSE(sample(s, kBytes, kCheapNs, t0));
-  const uint64_t back = t0 + StoresChoice::kIdleNs;  // the first copy after the pause
+  EXPECT_FALSE(sample(s, kBytes, kSlowNs, t0));  // one slow sample, and half of the next
+  EXPECT_FALSE(s.timed(kBytes / 4, kSlowNs / 4, t0));
+  EXPECT_FALSE(s.timed(kBytes / 4, kSlowNs / 4, t0));
+  const uint64_t back = t0 + StoresChoice::kIdleNs + kSlowNs;  // copies after it start past the pause
   for (int i = 0; i < 4 * StoresChoice::kWindow; ++i) EXPECT_FALSE(sample(s, kBytes, kSlowNs, back + i)) << i;
+  // The last copy that starts within the settling counts for nothing either.
+  const uint64_t settled = back - kSlowNs / StoresChoice::kSampleCopies + StoresChoice::kSettleNs;
+  EXPECT_FALSE(s.timed(kBytes, 0, settled - 1));
   EXPECT_FALSE(s.streaming());
-  // Settled, slow copies turn them on after kWindow samples, as at first.
-  const uint64_t settled = back + StoresChoice::kSettleNs;
-  for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(sample(s, kBytes, kSlowNs, settled + i)) << i;
-  EXPECT_TRUE(sample(s, kBytes, kSlowNs, settled + StoresChoice::kWindow));
+  // Settled: the slow sample and the half before the pause are forgotten, so a full window again.
+  for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(sample(s, kBytes, kSlowNs, settled + kSlowNs)) << i;
+  EXPECT_TRUE(sample(s, kBytes, kSlowNs, settled + kSlowNs));
   EXPECT_TRUE(s.streaming());
-  // A pause just short of kIdleNs settles nothing.
+  // A pause just short of kIdleNs settles nothing: the slow sample before it counts.
   StoresChoice t(Mode::automatic);
-  EXPECT_FALSE(sample(t, kBytes, kCheapNs, t0));
-  for (int i = 0; i + 1 < StoresChoice::kWindow; ++i)
-    EXPECT_FALSE(sample(t, kBytes, kSlowNs, t0 + StoresChoice::kIdleNs - 1)) << i;
+  for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(sample(t, kBytes, kSlowNs, t0)) << i;
   EXPECT_TRUE(sample(t, kBytes, kSlowNs, t0 + StoresChoice::kIdleNs - 1));
+  // Nor do short copies, timed one in a span: the ones between keep their pages written.
+  StoresChoice u(Mode::automatic);
+  const size_t kShort = StoresChoice::kShortTimedBytes;
+  const uint64_t slow_short = (StoresChoice::kShortFarNsPerKiB + 1) * (kShort >> 10);
+  bool on = false;
+  for (size_t b = 0, k = 0; b < StoresChoice::kWindow * kBytes; b += kShort, ++k)
+    on = u.timed(kShort, slow_short, t0 + k * StoresChoice::kIdleNs);
+  EXPECT_TRUE(on);
 }
 
 TEST(StoresChoice, TriesOrdinaryStoresAgainAfterASecondAndEnoughCopies) {
@@ -377,7 +390,8 @@ TEST(StoresChoice, TriesOrdinaryStoresAgainAfterASecondAndEnoughCopies) {
   EXPECT_TRUE(streamed_at(s, t0 + kSecond));
   EXPECT_FALSE(s.streaming());
   EXPECT_TRUE(s.learning());
-  // Slow again: a full window before streaming, as at first.
+  // Slow again: a full window before streaming, as at first (the second without timed copies was
+  // no pause: the non-temporal ones kept the pages written).
   for (int i = 0; i + 1 < StoresChoice::kWindow; ++i) EXPECT_FALSE(sample(s, kBytes, kSlowNs, t0 + 2 * kSecond));
   EXPECT_TRUE(sample(s, kBytes, kSlowNs, t0 + 2 * kSecond));
   // Long past the second, but too few copies yet.

@@ -95,10 +95,10 @@ const std::vector<Param> kParams = {
      "128 KiB of them, until, in two samples in a row (each of 256 KiB and four copies or more), more than half "
      "of the bytes timed are in copies that cost more than 300 ns per KiB, or 280 for copies under 16 KiB: then "
      "non-temporal ones, until a second has passed, looked at every 64 of those copies; the copies timed within "
-     "10 ms after 20 ms without one do not count; with more than two ranks "
+     "10 ms after 20 ms without one, from 16 KiB, do not count; with more than two ranks "
      "a core, non-temporal ones while a cache-line round trip between two CPUs, measured once a second, takes 300 "
      "ns or more; `BENCHMARKS.md`, \"Choosing the stores as the op runs\", \"Short copies timed to their last "
-     "store\", \"Short copies on an Intel Xeon\", \"Long copies that lose their core\" and \"Writes after a pause\")",
+     "store\", \"Short copies on an Intel Xeon\", \"Long copies that lose their core\" and \"The stores after a pause\")",
      "`auto`"},
     {"SHOAL_TIMEOUT", Kind::seconds, 0.001, 1e9, nullptr, "deadline of every op, seconds", "300"},
     {"SHOAL_TCP_STREAMS", Kind::integer, 1, 64, nullptr,

@@ -34,6 +34,7 @@
 // ring's lines are held by its reader from one message to the next (BENCHMARKS.md, "The rings'
 // stores"). No rank needs to choose as another does: its readers see the same bytes either way.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -79,11 +80,14 @@ class StoresChoice {
   static constexpr int kWindow = 2;
   static constexpr uint32_t kRetryCopies = 64;
   static constexpr uint64_t kRetryNs = 1000000000;
-  // Timed copies that come within kSettleNs after kIdleNs or more without one count for nothing:
-  // on our VMs the first write to a page not written for a while traps to the host, 100-600 µs a
-  // page in one of twenty after 100 ms and one of five after a second (BENCHMARKS.md, "Writes
-  // after a pause"), so the copies after a pause (the program computed, or another library ran)
-  // come out slow in either state until the pages they reuse have all been written again.
+  // Copies from kTimedBytes (every one timed) that start within kSettleNs after kIdleNs or more
+  // without one count for nothing. On our VMs the first write to a page not written for a while
+  // traps to the host: in pieces of 16 KiB, a few in a thousand took 100-200 µs after a pause of 10
+  // ms, one in twenty after 100 ms, one in five after a second (BENCHMARKS.md, "Writes after a
+  // pause"). So the copies after a pause (the program computed, or another library ran) come out
+  // slow in either state until the places they reuse have been written again, which ops that
+  // follow each other at once do within a few milliseconds ("The stores after a pause"). Shorter
+  // copies are timed one in a span, and the untimed ones between keep their pages written.
   static constexpr uint64_t kIdleNs = 20000000;
   static constexpr uint64_t kSettleNs = 10000000;
 
@@ -126,20 +130,25 @@ class StoresChoice {
     return mode_ == Mode::automatic && times_copy(bytes) ? Copy::timed : Copy::plain;
   }
 
-  // What an ordinary copy of `bytes` (at least kShortTimedBytes) into shared memory took, at time
-  // `now` (ns, the choice's clock). A copy is slow where it took longer than its length at its
-  // threshold (far_ns_per_kib); a sample, where more than half of its bytes are in slow copies. True
-  // where that turned non-temporal stores on; then `also` (a ring's copy: the rank's choice for its
-  // scratch) takes them too (stream_from).
+  // What an ordinary copy of `bytes` (at least kShortTimedBytes) into shared memory took, `ns`,
+  // ending at time `now` (ns, the choice's clock). A copy is slow where it took longer than its
+  // length at its threshold (far_ns_per_kib); a sample, where more than half of its bytes are in
+  // slow copies. A copy from kTimedBytes that starts kIdleNs or more after the last such one ended
+  // forgets the sample under way and the slow samples before it, and it and those that start
+  // within kSettleNs of it count for nothing. True where that turned non-temporal stores on; then
+  // `also` (a ring's copy: the rank's choice for its scratch) takes them too (stream_from).
   bool timed(size_t bytes, uint64_t ns, uint64_t now, StoresChoice* also = nullptr) {
     if (!learning()) return false;
-    if (last_ns_ != 0 && now - last_ns_ >= kIdleNs) {
-      settle_until_ = now + kSettleNs;
-      start_sample();
-      count_.store(0, std::memory_order_relaxed);
+    if (bytes >= kTimedBytes) {
+      const uint64_t start = now - std::min(ns, now);
+      if (last_ns_ != 0 && start >= last_ns_ + kIdleNs) {
+        settle_until_ = start + kSettleNs;
+        start_sample();
+        count_.store(0, std::memory_order_relaxed);
+      }
+      last_ns_ = now;
+      if (start < settle_until_) return false;
     }
-    last_ns_ = now;
-    if (now < settle_until_) return false;
     bytes_ += bytes;
     ++copies_;
     if (ns * 1024 > uint64_t(bytes) * far_ns_per_kib(bytes)) slow_bytes_ += bytes;
@@ -181,7 +190,7 @@ class StoresChoice {
     count_.store(k < kRetryCopies ? k : 0, std::memory_order_relaxed);
     if (k < kRetryCopies || now() - since_.load(std::memory_order_relaxed) < kRetryNs) return false;
     streaming_.store(false, std::memory_order_relaxed);
-    last_ns_ = 0;  // the non-temporal copies kept the pages written: no pause to settle from
+    last_ns_ = 0;  // no pause to settle from: the non-temporal copies, until now, kept the pages written
     return true;
   }
 
@@ -220,7 +229,7 @@ class StoresChoice {
   uint64_t slow_bytes_ = 0;         // of which in copies slower than their thresholds
   uint32_t copies_ = 0;             // timed copies since the last sample
   size_t short_bytes_ = 0;          // bytes of the short copies since the last one timed
-  uint64_t last_ns_ = 0;            // when the last timed copy ended (0: none since the choice learns)
+  uint64_t last_ns_ = 0;            // when the last timed copy from kTimedBytes ended (0: none since it learns)
   uint64_t settle_until_ = 0;       // timed copies before this count for nothing (kSettleNs)
   uint32_t last_slow_percent_ = 0;
 };
