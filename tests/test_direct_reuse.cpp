@@ -758,6 +758,22 @@ INSTANTIATE_TEST_SUITE_P(All, DirectAlltoallvSizes,
                          ::testing::Combine(::testing::Values(2, 3, 5, 8), ::testing::Values("scratch", "pairwise")),
                          [](const auto& info) { return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param); });
 
+namespace {
+// The page faults this process takes over `ops` blocking direct allreduces (sum) of `in`, all
+// ones, into `out`, whose first and last elements it checks.
+long faults_over_allreduces(Communicator& c, const std::vector<float>& in, std::vector<float>& out, int ops) {
+  CallOptions o;
+  o.algo = Algo::direct;
+  o.blocking = true;
+  rusage before{}, after{};
+  getrusage(RUSAGE_SELF, &before);
+  for (int i = 0; i < ops; ++i) c.allreduce(in.data(), out.data(), in.size(), DType::f32, ReduceOp::sum, o);
+  getrusage(RUSAGE_SELF, &after);
+  SH_CHECK(out.front() == static_cast<float>(c.size()) && out.back() == static_cast<float>(c.size())) << out.front();
+  return after.ru_minflt - before.ru_minflt;
+}
+}  // namespace
+
 // A group maps the small ops' slots into its processes when it is made (ShmGroupImpl::prefault):
 // the first small ops, whose slots rotate through pages no op has touched yet, take no more page
 // faults than the same ops once every slot has been used. Without that, each of the first 16 ops
@@ -769,22 +785,11 @@ TEST(DirectReuse, AGroupsFirstSmallOpsTakeNoPageFaults) {
   if (kSanitized) GTEST_SKIP() << "a sanitizer's shadow of the scratch takes its pages at the first ops";
   ASSERT_TRUE(run_ranks(2, Env{{"SHOAL_TRANSPORT", ""}, {"SHOAL_ALGO", ""}}, [](Communicator& c) {
     std::vector<float> in(1024, 1.0f), out(1024, 0.0f);
-    CallOptions o;
-    o.algo = Algo::direct;
-    o.blocking = true;
-    c.allreduce(in.data(), out.data(), in.size(), DType::f32, ReduceOp::sum, o);  // lazy state outside the scratch
-    auto faults_in_a_round = [&] {
-      rusage before{}, after{};
-      getrusage(RUSAGE_SELF, &before);
-      for (int i = 0; i < 2 * algo::direct::kSmallDataSlots; ++i)
-        c.allreduce(in.data(), out.data(), in.size(), DType::f32, ReduceOp::sum, o);
-      getrusage(RUSAGE_SELF, &after);
-      SH_CHECK(out[0] == 2.0f && out[1023] == 2.0f) << out[0];
-      return after.ru_minflt - before.ru_minflt;
-    };
-    const long first = faults_in_a_round(), again = faults_in_a_round();
+    faults_over_allreduces(c, in, out, 1);  // lazy state outside the scratch
+    const int round = 2 * algo::direct::kSmallDataSlots;
+    const long first = faults_over_allreduces(c, in, out, round), again = faults_over_allreduces(c, in, out, round);
     SH_CHECK(first - again < algo::direct::kSmallDataSlots / 2)
-        << first << " page faults in the first " << 2 * algo::direct::kSmallDataSlots << " ops, " << again << " in the next";
+        << first << " page faults in the first " << round << " ops, " << again << " in the next";
   }));
 }
 
@@ -798,21 +803,10 @@ TEST(DirectReuse, AGroupsFirstChunkedOpsTakeNoPageFaults) {
   if (kSanitized) GTEST_SKIP() << "a sanitizer's shadow of the scratch takes its pages at the first ops";
   ASSERT_TRUE(run_ranks(2, Env{{"SHOAL_TRANSPORT", ""}, {"SHOAL_ALGO", ""}}, [](Communicator& c) {
     std::vector<float> in(4096, 1.0f), out(4096, 0.0f);  // 16 KiB: above the small ops
-    CallOptions o;
-    o.algo = Algo::direct;
-    o.blocking = true;
-    c.allreduce(in.data(), out.data(), in.size(), DType::f32, ReduceOp::sum, o);  // lazy state outside the scratch
-    auto faults_in = [&](int ops) {
-      rusage before{}, after{};
-      getrusage(RUSAGE_SELF, &before);
-      for (int i = 0; i < ops; ++i) c.allreduce(in.data(), out.data(), in.size(), DType::f32, ReduceOp::sum, o);
-      getrusage(RUSAGE_SELF, &after);
-      SH_CHECK(out[0] == 2.0f && out[4095] == 2.0f) << out[0];
-      return after.ru_minflt - before.ru_minflt;
-    };
-    const long first = faults_in(64);
-    faults_in(512);  // every place of both slots used (with an L2 of up to 4 MiB)
-    const long again = faults_in(64);
+    faults_over_allreduces(c, in, out, 1);  // lazy state outside the scratch
+    const long first = faults_over_allreduces(c, in, out, 64);
+    faults_over_allreduces(c, in, out, 512);  // every place of both slots used (with an L2 of up to 4 MiB)
+    const long again = faults_over_allreduces(c, in, out, 64);
     SH_CHECK(first - again < 16) << first << " page faults in the first 64 ops of 16 KiB, " << again << " in 64 later";
   }));
 }
