@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <cstdint>
 #include <iterator>
@@ -27,8 +28,17 @@ using namespace shoal_test;
 namespace {
 
 // RunConfig::before_construct: rank 0 reads an L2 of 1 MiB, rank 1 of 2 MiB and the others of 512
-// KiB, so that a rank cutting chunks or placing them by its own L2 would differ from its peers.
+// KiB, so that a rank cutting chunks by its own L2 would differ from its peers.
 void read_different_l2s(int rank) { set_l2_bytes_for_testing(rank == 0 ? 1 << 20 : rank == 1 ? 2 << 20 : 512 << 10); }
+
+// RunConfig::before_construct: different L2s as above, and places in the slots that differ:
+// rank 0 keeps every op at its slot's start, rank 1 moves every op, the others move while ops
+// come fast (SHOAL_DIRECT_PLACES), so that a reader that looked where it put its own data, not
+// where the writer put its, would read the wrong bytes.
+void read_different_l2s_and_places(int rank) {
+  read_different_l2s(rank);
+  setenv("SHOAL_DIRECT_PLACES", rank == 0 ? "fixed" : rank == 1 ? "moving" : "auto", 1);
+}
 
 // Sum over ranks of (rank + 1) * (iter + 1) + i % 7, exact in f32 for these sizes.
 float expected(int size, int iter, size_t i) {
@@ -354,17 +364,17 @@ TEST_P(DirectReuse, StreamedReducesWrapTheirSlotOutOfStep) {
 }
 
 // Where each rank has a core, the direct reduce and allreduce start their data further into the
-// slot from op to op, through a share of one L2 (src/algo/direct_common.h, place_in_slot). The
-// ranks read different L2 sizes here, so the place rests on the host's smallest. Vectors of one
-// to eight pieces or chunks' worth, back to back with rotating roots and new inputs each op, for
-// more ops than a slot has places, with one shot (a reduce's streamed) and two shot: a rank that
-// put its data at another place than its readers read shows as a wrong sum. Places move only
-// where the host has a CPU for each rank: on two CPUs, at 2 ranks.
-TEST_P(DirectReuse, OpsStartAtOnePlaceInTheSlotOnEveryRank) {
+// slot from op to op, through a share of one L2 (src/algo/direct_common.h, Places), each
+// rank at a place of its own (read_different_l2s_and_places). Vectors of one to eight pieces or
+// chunks' worth, back to back with rotating roots and new inputs each op, for more ops than a slot
+// has places, with one shot (a reduce's streamed) and two shot: a reader that looked for a
+// writer's data at another place than the writer's shows as a wrong sum. Places move only where
+// the host has a CPU for each rank: on two CPUs, at 2 ranks.
+TEST_P(DirectReuse, OpsFindEachWritersPlaceInTheSlot) {
   for (const char* way : {"one_shot", "two_shot"}) {
     RunConfig cfg = transport_config("shm");
     cfg.env.push_back({"SHOAL_DIRECT_REDUCE", way});
-    cfg.before_construct = read_different_l2s;
+    cfg.before_construct = read_different_l2s_and_places;
     run_ranks(GetParam(), cfg, [way](Communicator& c) {
       const int p = c.size(), me = c.rank();
       const size_t counts[] = {8193, 16384, 40001, 65536};  // pieces of 32 KiB: 2, 2, 5 and 8
@@ -392,15 +402,16 @@ TEST_P(DirectReuse, OpsStartAtOnePlaceInTheSlotOnEveryRank) {
 // The other chunked direct ops take their place in the slot the same way: broadcast, allgather(v),
 // scatter, gather, alltoall and reduce_scatter through the scratch (single copy off), blocks of
 // 16-64 KiB, new values each op and a new root every seven, for more ops than a slot has places,
-// against values computed here: a reader that looked at another place than its writer used shows.
+// against values computed here, each rank at a place of its own: a reader that looked at another
+// place than its writer used shows.
 // Places move only where the host has a CPU for each rank: on two CPUs, at 2 ranks.
-TEST_P(DirectReuse, ScratchOpsStartAtOnePlaceInTheSlotOnEveryRank) {
+TEST_P(DirectReuse, ScratchOpsFindEachWritersPlaceInTheSlot) {
   RunConfig cfg = transport_config("shm");
   cfg.env.push_back({"SHOAL_CMA", "0"});
   for (const char* way : {"SHOAL_DIRECT_BROADCAST", "SHOAL_DIRECT_ALLGATHER", "SHOAL_DIRECT_SCATTER", "SHOAL_DIRECT_GATHER",
                           "SHOAL_DIRECT_ALLTOALL"})
     cfg.env.push_back({way, "scratch"});
-  cfg.before_construct = read_different_l2s;
+  cfg.before_construct = read_different_l2s_and_places;
   run_ranks(GetParam(), cfg, [](Communicator& c) {
     const int p = c.size(), me = c.rank();
     const size_t blocks[] = {4099, 8192, 16384};  // floats: 16-64 KiB a block
@@ -794,7 +805,7 @@ TEST(DirectReuse, AGroupsFirstSmallOpsTakeNoPageFaults) {
 }
 
 // Nor do its first chunked ops, whose places in the data slots move through a share of one L2
-// (direct_common.h, place_in_slot): without the prefault, each of the first 2·L2/16 KiB allreduces
+// (direct_common.h, Places): without the prefault, each of the first 2·L2/16 KiB allreduces
 // of 16 KiB at 2 ranks with a core each (256 with an L2 of 2 MiB) touches pages of its own slots
 // and of its peer's that no op touched before (329 faults in the first 64 on an Intel Xeon,
 // against none once every place was used: BENCHMARKS.md, "A group's first chunked ops"). Where

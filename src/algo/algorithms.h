@@ -57,7 +57,7 @@ void run_op(Ctx& c, const OpDesc& d);
 
 // The parts of every rank's shared scratch area (offset, bytes) that a group's first ops touch: the
 // header and the small slots, which small ops rotate through, and the share of each data slot
-// that successive chunked ops move through (src/algo/direct_common.h, place_in_slot) where the
+// that successive chunked ops move through (src/algo/direct_common.h, Places) where the
 // group's ranks have a core each and cut chunks by an L2 of `l2` bytes. A group maps them into
 // its processes when it is made (ShmGroupImpl::prefault), so that its first ops take no page
 // faults: each of the first ops of 16 KiB at 2 ranks would otherwise touch pages of its own and

@@ -251,6 +251,7 @@ Ways Ways::current() {
     if (forced && *forced != "auto") w.forced_[i] = *forced == kForcings[i].way0 ? 0 : 1;
   }
   w.stores_ = std::make_shared<StoresChoice>(stores_setting());
+  w.places_ = SlotPlaces(slot_places_setting());
   return w;
 }
 

@@ -50,6 +50,7 @@
 
 #include <cstdint>
 
+#include "algo/slot_places.h"
 #include "transport/stores.h"
 
 namespace shoal::algo {
@@ -180,6 +181,10 @@ class Ways {
   // The pages of this rank's scratch that a timed copy has written (transport/stores.h); each copy
   // of these Ways has its own (at worst a copy's first timed copies are not timed).
   FreshPages& scratch_pages() const { return scratch_pages_; }
+  // Which place of its slots this rank's next chunked direct op takes, as SHOAL_DIRECT_PLACES says
+  // (slot_places.h). No rank needs to choose as another does: each publishes its place with the
+  // op (direct_common.h). Each copy of these Ways has its own.
+  SlotPlaces& places() const { return places_; }
 
   // Where the automatic choice over the network changes (Switch) in a group of p ranks.
   size_t switch_at(Switch s, int p) const { return tuning_->at(s, p); }
@@ -207,6 +212,7 @@ class Ways {
   int forced_[kForcedWays] = {-1, -1, -1, -1, -1, -1};  // by the setting (cost.cpp, kForcings): the way, or -1
   std::shared_ptr<StoresChoice> stores_ = std::make_shared<StoresChoice>();  // SHOAL_DIRECT_STORES
   mutable FreshPages scratch_pages_;
+  mutable SlotPlaces places_;
 };
 
 // The settings a host's ranks must agree on, as an error names them: "SHOAL_TUNING, SHOAL_DIRECT_REDUCE, ...".

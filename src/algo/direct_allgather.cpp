@@ -74,18 +74,21 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
   const size_t nchunks = std::max<size_t>(1, (b.max_len() + cb - 1) / cb);
   const CopyFn copy_out = output_copy(b.total(), root < 0 ? static_cast<size_t>(p) : 1, kStreamAllgather);
   auto piece = [&](int j, size_t m) { return std::min(cb, b.len[j] - std::min(b.len[j], m * cb)); };
-  const size_t at = place_in_slot(c, cb);
+  Places places(c, cb);
   if (writes_out) copy_bytes(u8(out) + b.off[r], in, b.len[r]);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
-    if (ph < nchunks && r != root) copy_in(c, slot(g, r, slot_of(c, ph)) + at, u8(in) + ph * cb, piece(r, ph));
+    if (ph < nchunks && r != root) copy_in(c, slot(g, r, slot_of(c, ph)) + places[r], u8(in) + ph * cb, piece(r, ph));
     if (ph >= 1 && writes_out) {
       const size_t m = ph - 1;
       for (int j = 0; j < p; ++j)
-        if (j != r) copy_out(u8(out) + b.off[j] + m * cb, slot(g, j, slot_of(c, m)) + at, piece(j, m));
+        if (j != r) copy_out(u8(out) + b.off[j] + m * cb, slot(g, j, slot_of(c, m)) + places[j], piece(j, m));
     }
     if (ph == nchunks) break;
     g.barrier();
-    if (ph == 0) check(c);
+    if (ph == 0) {
+      check(c);
+      places.read(c);
+    }
   }
   end(c, nchunks);
 }

@@ -65,11 +65,11 @@ void reduce_streamed(Ctx& c, const void* in, void* out, size_t count, int root, 
   const int s0 = slot_of(c, 0);
   const size_t pe = stream_piece_elements(count, es, slot_bytes(g));
   const size_t npieces = (count + pe - 1) / pe, ring = slot_bytes(g) / (pe * es);
-  // Where this op's pieces start in the ring (place_in_slot): where every op starts at the slot's
-  // start, the 2-rank reduce of 128 KiB takes 15-18 µs, the time of its copies into lines the
-  // root's core still holds.
-  const size_t first = place_in_slot(c, npieces * pe * es) / (pe * es);
-  auto at = [&](size_t m) { return ((first + m) % ring) * pe * es; };  // a piece's place in a slot
+  // Where piece m lies in rank j's slot: its ring starts at j's place (Places), which the root
+  // reads as j's first piece lands. Where every op starts at the slot's start, the 2-rank reduce
+  // of 128 KiB takes 15-18 µs, the time of its copies into lines the root's core still holds.
+  Places places(c, npieces * pe * es);
+  auto at = [&](int j, size_t m) { return ((places[j] / (pe * es) + m) % ring) * pe * es; };
   auto len = [&](size_t m) { return std::min(pe, count - m * pe); };
   if (r != root) {
     uint8_t* mine = slot(g, r, s0);
@@ -77,7 +77,7 @@ void reduce_streamed(Ctx& c, const void* in, void* out, size_t count, int root, 
     if (npieces > ring) small_wait(c, root, sm, 0);
     for (size_t m = 0; m < npieces; ++m) {
       if (m >= ring) wait_progress(c, root, base + (m - ring));
-      copy_in(c, mine + at(m), u8(in) + m * pe * es, len(m) * es);
+      copy_in(c, mine + at(r, m), u8(in) + m * pe * es, len(m) * es);
       publish_progress(c, base + m + 1);
     }
     g.barrier();
@@ -99,7 +99,8 @@ void reduce_streamed(Ctx& c, const void* in, void* out, size_t count, int root, 
         continue;
       }
       wait_progress(c, j, base + m);
-      srcs[j] = slot(g, j, s0) + at(m);
+      if (m == 0) places.read(c, j);
+      srcs[j] = slot(g, j, s0) + at(j, m);
     }
     reduce_many(u8(out) + m * pe * es, srcs.data(), p, len(m), c.dt, c.op);
     if (npieces > ring) publish_progress(c, base + m + 1);
@@ -124,12 +125,13 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   RankPtrs srcs(p);
 
   if (one_shot) {
-    const size_t at = place_in_slot(c, n);
-    copy_in(c, slot(g, r, slot_of(c, 0)) + at, in, n);
+    Places places(c, n);
+    copy_in(c, slot(g, r, slot_of(c, 0)) + places[r], in, n);
     g.barrier();
     check(c);
+    places.read(c);
     if (writes_out && count) {
-      for (int j = 0; j < p; ++j) srcs[j] = slot(g, j, slot_of(c, 0)) + at;
+      for (int j = 0; j < p; ++j) srcs[j] = slot(g, j, slot_of(c, 0)) + places[j];
       reduce_many(out, srcs.data(), p, count, c.dt, c.op);
     }
     return;  // no closing barrier: the next direct op writes the other slot first (direct_common.h)
@@ -157,9 +159,9 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   const uint8_t* src = u8(in);
   uint8_t* dst = u8(out);
   const CopyFn copy_out = output_copy(n, root < 0 ? static_cast<size_t>(p) : 1, kStreamReduceAlltoall);
-  // A chunk's input and result slice (ce + se elements) start at the op's place in each slot.
-  const size_t at = place_in_slot(c, (ce + se) * es);
-  auto area = [&](int j, size_t m) { return slot(g, j, slot_of(c, m)) + at; };
+  // A chunk's input and result slice (ce + se elements) start at each rank's place in its slots.
+  Places places(c, (ce + se) * es);
+  auto area = [&](int j, size_t m) { return slot(g, j, slot_of(c, m)) + places[j]; };
 
   for (size_t ph = 0; ph <= nchunks + 1; ++ph) {
     if (ph < nchunks) {  // copy-in chunk ph, all but this rank's own slice
@@ -197,7 +199,10 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
     }
     if (ph == nchunks + 1) break;
     g.barrier();
-    if (ph == 0) check(c);
+    if (ph == 0) {
+      check(c);
+      places.read(c);
+    }
   }
   end(c, nchunks);
 }

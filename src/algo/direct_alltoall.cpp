@@ -99,10 +99,10 @@ void direct::alltoall_pipeline(Ctx& c, const uint8_t* src, const Blocks& sb, voi
   auto piece = [&](size_t len, size_t m) { return std::min(piece_bytes, len - std::min(len, m * piece_bytes)); };
   const CopyFn copy_out = output_copy(std::max(sb.total(), rb.total()), static_cast<size_t>(p), kStreamReduceAlltoall);
   copy_out(u8(out) + rb.off[r], src + sb.off[r], sb.len[r]);
-  const size_t at = place_in_slot(c, static_cast<size_t>(p) * piece_bytes);
+  Places places(c, static_cast<size_t>(p) * piece_bytes);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (ph < nchunks) {
-      uint8_t* mine = slot(g, r, slot_of(c, ph)) + at;
+      uint8_t* mine = slot(g, r, slot_of(c, ph)) + places[r];
       for (int j = 0; j < p; ++j)
         if (j != r) copy_in(c, mine + j * piece_bytes, src + sb.off[j] + ph * piece_bytes, piece(sb.len[j], ph));
     }
@@ -110,11 +110,14 @@ void direct::alltoall_pipeline(Ctx& c, const uint8_t* src, const Blocks& sb, voi
       const size_t m = ph - 1;
       for (int j = 0; j < p; ++j)
         if (j != r)
-          copy_out(u8(out) + rb.off[j] + m * piece_bytes, slot(g, j, slot_of(c, m)) + at + r * piece_bytes, piece(rb.len[j], m));
+          copy_out(u8(out) + rb.off[j] + m * piece_bytes, slot(g, j, slot_of(c, m)) + places[j] + r * piece_bytes, piece(rb.len[j], m));
     }
     if (ph == nchunks) break;
     g.barrier();
-    if (ph == 0) check(c);
+    if (ph == 0) {
+      check(c);
+      places.read(c);
+    }
   }
   end(c, nchunks);
 }

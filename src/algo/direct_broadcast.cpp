@@ -54,16 +54,19 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
   const size_t nchunks = std::max<size_t>(1, (n + cb - 1) / cb);
   auto clen = [&](size_t m) { return std::min(cb, n - std::min(n, m * cb)); };
   const CopyFn copy_out = output_copy(n, static_cast<size_t>(p), kStreamBroadcast);
-  const size_t at = place_in_slot(c, cb);
+  Places places(c, cb);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
-    if (r == root && ph < nchunks) copy_in(c, slot(g, root, slot_of(c, ph)) + at, u8(buf) + ph * cb, clen(ph));
+    if (r == root && ph < nchunks) copy_in(c, slot(g, root, slot_of(c, ph)) + places[root], u8(buf) + ph * cb, clen(ph));
     if (r != root && ph >= 1) {
       const size_t m = ph - 1;
-      copy_out(u8(buf) + m * cb, slot(g, root, slot_of(c, m)) + at, clen(m));
+      copy_out(u8(buf) + m * cb, slot(g, root, slot_of(c, m)) + places[root], clen(m));
     }
     if (ph == nchunks) break;
     g.barrier();
-    if (ph == 0) check(c);
+    if (ph == 0) {
+      check(c);
+      places.read(c);
+    }
   }
   end(c, nchunks);
 }
@@ -95,20 +98,23 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
   const size_t pb = even_pieces(bs, most, es);
   const size_t nchunks = std::max<size_t>(1, (bs + pb - 1) / pb);
   auto clen = [&](size_t m) { return std::min(pb, bs - std::min(bs, m * pb)); };
-  const size_t at = place_in_slot(c, static_cast<size_t>(p) * pb);
+  Places places(c, static_cast<size_t>(p) * pb);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (r == root && ph < nchunks) {
-      uint8_t* sl = slot(g, root, slot_of(c, ph)) + at;
+      uint8_t* sl = slot(g, root, slot_of(c, ph)) + places[root];
       for (int j = 0; j < p; ++j)
         if (j != root) copy_in(c, sl + static_cast<size_t>(j) * pb, u8(in) + static_cast<size_t>(j) * bs + ph * pb, clen(ph));
     }
     if (r != root && ph >= 1) {
       const size_t m = ph - 1;
-      copy_bytes(u8(out) + m * pb, slot(g, root, slot_of(c, m)) + at + static_cast<size_t>(r) * pb, clen(m));
+      copy_bytes(u8(out) + m * pb, slot(g, root, slot_of(c, m)) + places[root] + static_cast<size_t>(r) * pb, clen(m));
     }
     if (ph == nchunks) break;
     g.barrier();
-    if (ph == 0) check(c);
+    if (ph == 0) {
+      check(c);
+      places.read(c);
+    }
   }
   // The others are copying out the last chunk; every block of in has left.
   if (own_last) copy_bytes(out, own, bs);

@@ -122,13 +122,30 @@ int slot_of(Ctx& c, size_t m) { return static_cast<int>((header(*c.shm(), c.rank
 
 uint64_t op_number(Ctx& c) { return header(*c.shm(), c.rank)[0]; }
 
-size_t place_in_slot(Ctx& c, size_t bytes) {
+namespace {
+// Word 6 + k % 2 of rank r's header: the place of its chunked op number k (Places).
+uint64_t& place_word(ShmGroup& g, int r, uint64_t k) { return header(g, r)[6 + (k & 1)]; }
+}  // namespace
+
+Places::Places(Ctx& c, size_t bytes) : at_(c.size) {
   ShmGroup& g = *c.shm();
   const size_t share = slot_share(slot_bytes(g), c.size, c.ways().l2(), g.shares_cores());
-  if (bytes == 0 || share == 0) return 0;
+  moves_ = share > 0;
+  if (!moves_) return;
   const size_t foot = (bytes + 63) / 64 * 64;  // places of whole cache lines
-  const size_t turns = share / foot;
-  return turns > 1 ? static_cast<size_t>((op_number(c) >> 1) % turns) * foot : 0;
+  const size_t turns = bytes == 0 ? 0 : share / foot;
+  const size_t at = turns > 1 ? c.ways().places().next(turns, slot_of(c, 0)) * foot : 0;
+  at_[c.rank] = at;
+  __atomic_store_n(&place_word(g, c.rank, op_number(c)), at, __ATOMIC_RELAXED);
+}
+
+void Places::read(Ctx& c) {
+  for (int j = 0; moves_ && j < c.size; ++j)
+    if (j != c.rank) read(c, j);
+}
+
+void Places::read(Ctx& c, int j) {
+  if (moves_) at_[j] = static_cast<size_t>(__atomic_load_n(&place_word(*c.shm(), j, op_number(c)), __ATOMIC_RELAXED));
 }
 
 size_t slot_share(size_t slot, int p, size_t l2, bool shares_cores) {

@@ -2,7 +2,7 @@
 //
 // Every rank's scratch area (ShmGroup::scratch(r), scratch_bytes() each) is laid out as
 //   [0, kHeaderBytes)   header: word 0 = this rank's count of chunked direct ops (private to the
-//                       owner), words 1 and 2 = the token of its chunked op with an odd / even
+//                       owner), words 1 and 2 = the token of its chunked op with an even / odd
 //                       number (published); words 3 and 4 = its count of all direct ops and the
 //                       least `done` it knows of its peers (private); word 8 = `done`, the last
 //                       direct op whose small slots it has finished reading (published), and
@@ -13,8 +13,10 @@
 //                       of kSmallBytes
 //   [.., end)           data: two slots of slot_bytes() each, used alternately by chunk
 // Word 5 of the header is the address of the buffer a single-copy op lets its peers read or
-// write (published; begin_single), and word 10, on the line of words 8 and 9, the number of the
-// last rooted single-copy op whose copy this rank has made (published; begin_rooted_single).
+// write (published; begin_single), words 6 and 7 the place in its slots of its chunked op with
+// an even / odd number (published; Places), and word 10, on the line of words 8 and 9, the
+// number of the last rooted single-copy op whose copy this rank has made (published;
+// begin_rooted_single).
 //
 // Mismatch check. Direct algorithms move no framed messages, so the framing cannot catch ranks
 // that called different ops or counts (which would read a peer's scratch out of bounds or out of
@@ -131,18 +133,8 @@ int slot_of(Ctx& c, size_t m);
 // The current op's number among this rank's chunked direct ops (the header's word 0): the same on
 // every rank of the group, since they make the same ops.
 uint64_t op_number(Ctx& c);
-// Where the current op starts its data of `bytes` in a slot, in bytes, a whole number of cache
-// lines: the chunked direct ops put their chunks there (alltoallv's blocks in the slot, written
-// and read in one phase, stay at the start). With a core for each rank, successive ops on a slot
-// (they alternate slots: slot_of) move through a share of one L2, L2/(p-1), where that share
-// holds two such ops or more; 0 elsewhere. A store to a slot line that a reader's core still
-// holds from an earlier op first takes the line from that core, at 100-150 ns a KiB on our VMs,
-// while the lines of a share the readers have let go come from the L3; a place further than one
-// L2 comes from memory. Ranks that share cores gained nothing consistent (BENCHMARKS.md, "Direct
-// ops: each op's place in the slot"). Every rank of the group gets the same place: the op's
-// number, the host's smallest L2 and whether ranks share cores are the same on each.
-size_t place_in_slot(Ctx& c, size_t bytes);
-// The share at the start of each slot that place_in_slot moves ops through, in bytes: L2/(p-1)
+// The share at the start of each slot that the places of successive ops move through (Places), in
+// bytes: L2/(p-1)
 // within a slot of `slot` bytes, where `p` ranks with a core each cut chunks by an L2 of `l2`
 // bytes (cuts_by_l2); 0 elsewhere (every op at the slot's start).
 size_t slot_share(size_t slot, int p, size_t l2, bool shares_cores);
@@ -276,20 +268,62 @@ void wait_for(Ctx& c, F cond, int peer) {
     }
   c.shm()->wait([](void* f) { return (*static_cast<F*>(f))(); }, &cond, peer);
 }
-// One pointer per rank (an op's sources for reduce_many), on the stack up to kStackRanks ranks:
-// a vector on the heap cost a small op as much as its data path.
-class RankPtrs {
+// One value per rank, on the stack up to kStackRanks ranks: a vector on the heap cost a small op as
+// much as its data path.
+template <class T>
+class PerRank {
  public:
-  explicit RankPtrs(int p) {
+  explicit PerRank(int p) {
     if (p > kStackRanks) heap_.resize(p);
   }
-  const void*& operator[](int j) { return data()[j]; }
-  const void** data() { return heap_.empty() ? stack_ : heap_.data(); }
+  T& operator[](int j) { return data()[j]; }
+  const T& operator[](int j) const { return data()[j]; }
+  T* data() { return heap_.empty() ? stack_ : heap_.data(); }
+  const T* data() const { return heap_.empty() ? stack_ : heap_.data(); }
 
  private:
   static constexpr int kStackRanks = 64;
-  const void* stack_[kStackRanks];
-  std::vector<const void*> heap_;
+  T stack_[kStackRanks];
+  std::vector<T> heap_;
+};
+// An op's sources for reduce_many.
+using RankPtrs = PerRank<const void*>;
+
+// Where the current chunked op puts its data in each rank's slots, in bytes from a slot's start, a
+// whole number of cache lines: its chunks start there (alltoallv's blocks in the slot, written and
+// read in one phase, stay at the start). With a core for each rank, successive ops on a slot (they
+// alternate slots: slot_of) move through a share of one L2, L2/(p-1) (slot_share), where that
+// share holds two such ops or more, while they come fast (slot_places.h); elsewhere every op is
+// at the start. A store to a slot line that a reader's core still holds from an earlier op first
+// takes the line from that core, at 100-150 ns a KiB on our VMs, while the lines of a share the
+// readers have let go come from the L3; a place further than one L2 comes from memory. Ranks that
+// share cores gained nothing consistent (BENCHMARKS.md, "Direct ops: each op's place in the
+// slot").
+//
+// Each rank chooses its own place and publishes it in its header (word 6 + the op's number % 2)
+// before the release that publishes the op's first data, a barrier or a progress word. A reader
+// reads a writer's place after seeing that release: the ops that check() read it right after,
+// when check() has just read the same header line for the writer's token (a peer that goes on to
+// its next op rewrites that line, and a read later would take it back from that peer's core); the
+// streamed reduce's root, which calls no check(), as each peer's first piece lands. No rank
+// rewrites that word while a reader may still read it: op k+2 writes it only after op k+1's first
+// barrier (or its first small round: the streamed reduce's root waits for every peer's head),
+// which no rank reaches before it has left op k. Where the group's share is 0 (the same on every
+// rank: the host's smallest L2, whether ranks share cores), every place is the start and nothing
+// is published or read.
+class Places {
+ public:
+  // This rank's place for an op that puts `bytes` in a slot, published. Once per chunked op, after
+  // begin() and before its first store to a slot.
+  Places(Ctx& c, size_t bytes);
+  // Every other rank's place (right after check()), or rank j's (after its first release).
+  void read(Ctx& c);
+  void read(Ctx& c, int j);
+  size_t operator[](int j) const { return moves_ ? at_[j] : 0; }
+
+ private:
+  PerRank<size_t> at_;
+  bool moves_;  // else every rank's place is the start
 };
 // Whether an op that puts `bytes` in each slot runs as a small op.
 inline bool small_fits(size_t bytes) { return bytes <= kSmallBytes; }

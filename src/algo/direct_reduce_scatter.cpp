@@ -31,7 +31,7 @@ void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count) {
   if (small_fits(count * es * static_cast<size_t>(p))) return reduce_scatter_small(c, in, out, count, s.value());
   begin(c, s.value());
   // pe: elements of each block per chunk, whole cache lines where possible. Where each rank has a
-  // core, no more than a block's: the op's place in the slot (place_in_slot) moves by what it
+  // core, no more than a block's: the op's place in the slot (Places) moves by what it
   // uses of it. Ranks that share cores, whose place stays, keep the L2's pieces: with a block's,
   // their reduce_scatter of 256 KiB took 1.20-1.37x the time at 4 and 8 ranks (BENCHMARKS.md,
   // "Direct ops: each op's place in the slot").
@@ -41,11 +41,11 @@ void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count) {
   const size_t nchunks = std::max<size_t>(1, (count + pe - 1) / pe);
   auto clen = [&](size_t m) { return std::min(pe, count - std::min(count, m * pe)); };
   RankPtrs srcs(p);
-  const size_t at = place_in_slot(c, static_cast<size_t>(p) * pe * es);
+  Places places(c, static_cast<size_t>(p) * pe * es);
   for (size_t ph = 0; ph <= nchunks; ++ph) {
     if (ph < nchunks) {
       const size_t m = ph, len = clen(m);
-      uint8_t* sl = slot(g, r, slot_of(c, m)) + at;
+      uint8_t* sl = slot(g, r, slot_of(c, m)) + places[r];
       for (int j = 0; j < p; ++j)
         if (j != r)
           copy_in(c, sl + static_cast<size_t>(j) * pe * es, u8(in) + (static_cast<size_t>(j) * count + m * pe) * es,
@@ -57,13 +57,16 @@ void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count) {
         int k = 0;
         srcs[k++] = u8(in) + (static_cast<size_t>(r) * count + m * pe) * es;
         for (int j = 0; j < p; ++j)
-          if (j != r) srcs[k++] = slot(g, j, slot_of(c, m)) + at + static_cast<size_t>(r) * pe * es;
+          if (j != r) srcs[k++] = slot(g, j, slot_of(c, m)) + places[j] + static_cast<size_t>(r) * pe * es;
         reduce_many(u8(out) + m * pe * es, srcs.data(), p, len, c.dt, c.op);
       }
     }
     if (ph == nchunks) break;
     g.barrier();
-    if (ph == 0) check(c);
+    if (ph == 0) {
+      check(c);
+      places.read(c);
+    }
   }
   end(c, nchunks);
 }

@@ -100,6 +100,16 @@ const std::vector<Param> kParams = {
      "ns or more; `BENCHMARKS.md`, \"Choosing the stores as the op runs\", \"Short copies timed to their last "
      "store\", \"Short copies on an Intel Xeon\", \"Long copies that lose their core\" and \"The stores after a pause\")",
      "`auto`"},
+    {"SHOAL_DIRECT_PLACES", Kind::choice, 0, 0, "auto,moving,fixed",
+     "where a rank's ops on one host that go through its scratch area, above 8 KiB, put their data in it, where "
+     "each rank has a core and the L2's size is known (successive ops alternate between two slots): `moving` "
+     "(each op on a slot at the next place within a share of one L2, L2/(p-1), so that its stores go to lines the "
+     "readers have let go), `fixed` (every op at its slot's start) or `auto` (moving once ops have come fast "
+     "enough that a place comes back within 10 ms, for as many ops as the slots have places; else where the "
+     "slot's last op was: on a virtual machine a page left unwritten for longer may cost a trap to the host at its "
+     "next write). Each rank may take its own: its readers look up where it wrote (`BENCHMARKS.md`, \"Direct ops: "
+     "each op's place in the slot\" and \"Places that move while ops come fast\")",
+     "`auto`"},
     {"SHOAL_TIMEOUT", Kind::seconds, 0.001, 1e9, nullptr, "deadline of every op, seconds", "300"},
     {"SHOAL_TCP_STREAMS", Kind::integer, 1, 64, nullptr,
      "TCP data connections per peer (large messages are striped over them), besides the one control connection "

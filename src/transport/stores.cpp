@@ -2,23 +2,15 @@
 
 #include <atomic>
 #include <cassert>
-#include <chrono>
 #include <string>
 
 #include "base/log.h"
 #include "base/params.h"
+#include "base/steady_ns.h"
 #include "reduce/copy.h"
 #include "transport/core_probe.h"
 
 namespace shoal {
-namespace {
-
-uint64_t steady_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
-
-}  // namespace
 
 StoresChoice::Mode stores_setting() {
   const std::string m = params::choice("SHOAL_DIRECT_STORES").value_or("auto");
