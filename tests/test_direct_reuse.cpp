@@ -363,8 +363,8 @@ TEST_P(DirectReuse, StreamedReducesWrapTheirSlotOutOfStep) {
   });
 }
 
-// Where each rank has a core, the direct reduce and allreduce start their data further into the
-// slot from op to op, through a share of one L2 (src/algo/direct_common.h, Places), each
+// Where each rank has a core, the direct reduce and allreduce may start their data further into
+// the slot from op to op, through a share of one L2 (src/algo/direct_common.h, Places), each
 // rank at a place of its own (read_different_l2s_and_places). Vectors of one to eight pieces or
 // chunks' worth, back to back with rotating roots and new inputs each op, for more ops than a slot
 // has places, with one shot (a reduce's streamed) and two shot: a reader that looked for a
@@ -805,14 +805,16 @@ TEST(DirectReuse, AGroupsFirstSmallOpsTakeNoPageFaults) {
 }
 
 // Nor do its first chunked ops, whose places in the data slots move through a share of one L2
-// (direct_common.h, Places): without the prefault, each of the first 2·L2/16 KiB allreduces
-// of 16 KiB at 2 ranks with a core each (256 with an L2 of 2 MiB) touches pages of its own slots
-// and of its peer's that no op touched before (329 faults in the first 64 on an Intel Xeon,
-// against none once every place was used: BENCHMARKS.md, "A group's first chunked ops"). Where
-// the ranks share cores, or the L2 is unknown, the places do not move and this cannot fail.
+// (direct_common.h, Places; here at every op: SHOAL_DIRECT_PLACES=moving): without the prefault,
+// each of the first 2·L2/16 KiB allreduces of 16 KiB at 2 ranks with a core each (256 with an L2
+// of 2 MiB) touches pages of its own slots and of its peer's that no op touched before (329 faults
+// in the first 64 on an Intel Xeon, against none once every place was used: BENCHMARKS.md, "A
+// group's first chunked ops"). Where the ranks share cores, or the L2 is unknown, the places do
+// not move and this cannot fail.
 TEST(DirectReuse, AGroupsFirstChunkedOpsTakeNoPageFaults) {
   if (kSanitized) GTEST_SKIP() << "a sanitizer's shadow of the scratch takes its pages at the first ops";
-  ASSERT_TRUE(run_ranks(2, Env{{"SHOAL_TRANSPORT", ""}, {"SHOAL_ALGO", ""}}, [](Communicator& c) {
+  const Env env{{"SHOAL_TRANSPORT", ""}, {"SHOAL_ALGO", ""}, {"SHOAL_DIRECT_PLACES", "moving"}};
+  ASSERT_TRUE(run_ranks(2, env, [](Communicator& c) {
     std::vector<float> in(4096, 1.0f), out(4096, 0.0f);  // 16 KiB: above the small ops
     faults_over_allreduces(c, in, out, 1);  // lazy state outside the scratch
     const long first = faults_over_allreduces(c, in, out, 64);

@@ -1,6 +1,7 @@
 // Which place of a slot a rank's next chunked direct op takes (src/algo/slot_places.h), driven with
 // chosen times.
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -63,8 +64,9 @@ void expect_moving(const Got& got, size_t from, size_t turns) {
 TEST(SlotPlaces, AutomaticMovesOnceOpsHaveComeFastForACycle) {
   for (size_t turns : {2, 8, 128}) {
     Ops o(Mode::automatic);
-    const Got got = o.run(turns, 3000, 1000);
-    // No place moves before 2·turns ops have found the pace fast enough; then every op moves on.
+    // Half the greatest gap that brings a place back within kRevisitNs. No place moves before
+    // 2·turns ops have found the pace fast enough; then every op moves on.
+    const Got got = o.run(turns, 3000, bound(turns) / 2);
     size_t first = 0;
     while (first < got.size() && got[first] == 0) ++first;
     ASSERT_LT(first, 2000u) << turns << " places";
@@ -93,22 +95,66 @@ TEST(SlotPlaces, AMomentsDelayInAStreamDoesNotStopIt) {
   expect_moving(got, 1000, 128);
 }
 
-TEST(SlotPlaces, ABurstAfterAPauseStaysWhereTheOpsBeforeItWrote) {
-  Ops o(Mode::automatic);
-  const Got stream = o.run(8, 1000, 1000);
-  ASSERT_NE(stream.back(), stream[stream.size() - 3]);  // moving
-  // Bursts of 16 ops a microsecond apart, each after a second's pause (each of 8 places would come
-  // back within 16 ops): every op stays where its slot's last one was.
-  for (int burst = 0; burst < 10; ++burst) {
-    g_now += kSecond;
-    EXPECT_EQ(o.run(8, 16, 1000), (Got{stream[998], stream[999], stream[998], stream[999], stream[998], stream[999],
-                                       stream[998], stream[999], stream[998], stream[999], stream[998], stream[999],
-                                       stream[998], stream[999], stream[998], stream[999]}))
-        << "burst " << burst;
+// The places of a stream of `ops` ops 1 µs apart after a pause of `pause_ns`, following a stream
+// that moved; `before` gets each slot's place before the pause, by slot (the run's first op is
+// in slot o.n % 2).
+Got after_pause(Ops& o, size_t turns, uint64_t pause_ns, int ops, size_t before[2]) {
+  const Got stream = o.run(turns, 2000, 1000);
+  EXPECT_NE(stream.back(), stream[stream.size() - 3]) << "the stream before the pause moves";
+  before[o.n % 2] = stream[stream.size() - 2];
+  before[(o.n + 1) % 2] = stream.back();
+  g_now += pause_ns - 1000;
+  return o.run(turns, ops, 1000);
+}
+
+TEST(SlotPlaces, AGapOfTheBoundOrMoreStartsTheCountAgain) {
+  // With 2 places a pace of 2.5 ms is fast enough, so the average alone (625 µs after any pause)
+  // would go on moving: the gap itself stops it. The op after the gap and the 4 after it stay;
+  // then each moves on.
+  for (uint64_t pause : {SlotPlaces::kRevisitNs, kSecond}) {
+    Ops o(Mode::automatic);
+    size_t before[2];
+    const Got got = after_pause(o, 2, pause, 8, before);
+    EXPECT_EQ(got, (Got{before[0], before[1], before[0], before[1], before[0], 1 - before[1], 1 - before[0], before[1]}))
+        << pause << " ns";
   }
-  // A stream after the pause moves again.
-  const Got again = o.run(8, 1000, 1000);
-  EXPECT_NE(again.back(), again[again.size() - 3]);
+  // Just under the bound, the average decides: a stream of 2 places goes on moving.
+  Ops o(Mode::automatic);
+  size_t before[2];
+  const Got got = after_pause(o, 2, SlotPlaces::kRevisitNs - 1, 2, before);
+  EXPECT_EQ(got, (Got{1 - before[0], 1 - before[1]}));
+}
+
+TEST(SlotPlaces, ABurstAfterAPauseStaysWhereTheOpsBeforeItWrote) {
+  // Bursts of 2·turns + 1 ops a microsecond apart, each after a pause of 20 ms, stay; a stream
+  // after them moves again.
+  for (size_t turns : {2, 4, 8, 128}) {
+    Ops o(Mode::automatic);
+    size_t before[2];
+    const int burst = static_cast<int>(2 * turns + 1);
+    Got got = after_pause(o, turns, 20000000, burst, before);
+    for (int b = 0; b < 5; ++b) {
+      for (int i = 0; i < burst; ++i) EXPECT_EQ(got[i], before[i % 2]) << turns << " places, burst " << b << ", op " << i;
+      g_now += 20000000;
+      got = o.run(turns, burst, 1000);
+      if (burst % 2) std::swap(before[0], before[1]);  // the next burst starts in the other slot
+    }
+    const Got again = o.run(turns, 1000, 1000);
+    EXPECT_NE(again.back(), again[again.size() - 3]) << turns << " places";
+  }
+}
+
+TEST(SlotPlaces, APauseCountsAsTheBoundInThePace) {
+  // After a second's pause, ops 1 µs apart bring a pace capped at 10 ms under 39 µs (128 places)
+  // in about 44 ops, and the places move 2·128 ops after that; uncapped, the pace would take
+  // about 115.
+  Ops o(Mode::automatic);
+  size_t before[2];
+  const Got got = after_pause(o, 128, kSecond, 400, before);
+  size_t first = 0;
+  while (first < got.size() && got[first] == before[first % 2]) ++first;
+  EXPECT_GT(first, 2 * 128u + 30);
+  EXPECT_LT(first, 2 * 128u + 60);
 }
 
 }  // namespace

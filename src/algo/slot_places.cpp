@@ -13,12 +13,14 @@ size_t SlotPlaces::next(size_t turns, int slot) {
   uint64_t& moved = moved_[slot & 1];
   if (mode_ == Mode::moving) return static_cast<size_t>(++moved % turns);
   const uint64_t now = clock_ ? clock_() : steady_ns();
+  bool fresh = true;  // whether the slot's next place may still have been written within kRevisitNs
   if (last_ns_ != 0) {
-    const int64_t gap = static_cast<int64_t>(std::min(now - last_ns_, kRevisitNs));
-    pace_ += (gap - pace_) / kPaceOps;
+    const uint64_t gap = now - last_ns_;
+    fresh = gap < kRevisitNs;
+    pace_ += (static_cast<int64_t>(std::min(gap, kRevisitNs)) - pace_) / kPaceOps;
   }
   last_ns_ = now;
-  fast_ = static_cast<uint64_t>(pace_) <= kRevisitNs / (2 * turns) ? fast_ + 1 : 0;
+  fast_ = fresh && static_cast<uint64_t>(pace_) <= kRevisitNs / (2 * turns) ? fast_ + 1 : 0;
   if (fast_ > 2 * turns) ++moved;
   return static_cast<size_t>(moved % turns);
 }

@@ -105,9 +105,9 @@ const std::vector<Param> kParams = {
      "each rank has a core and the L2's size is known (successive ops alternate between two slots): `moving` "
      "(each op on a slot at the next place within a share of one L2, L2/(p-1), so that its stores go to lines the "
      "readers have let go), `fixed` (every op at its slot's start) or `auto` (moving once ops have come fast "
-     "enough that a place comes back within 10 ms, for as many ops as the slots have places; else where the "
-     "slot's last op was: on a virtual machine a page left unwritten for longer may cost a trap to the host at its "
-     "next write). Each rank may take its own: its readers look up where it wrote (`BENCHMARKS.md`, \"Direct ops: "
+     "enough that a place comes back within 10 ms, for more ops than the slots have places, with no gap of 10 ms; "
+     "else the slot keeps its place: on a virtual machine a page left unwritten for longer may cost a trap to the "
+     "host at its next write). Each rank may take its own: its readers look up where it wrote (`BENCHMARKS.md`, \"Direct ops: "
      "each op's place in the slot\" and \"Places that move while ops come fast\")",
      "`auto`"},
     {"SHOAL_TIMEOUT", Kind::seconds, 0.001, 1e9, nullptr, "deadline of every op, seconds", "300"},
