@@ -143,8 +143,7 @@ class StoresChoice {
       const uint64_t start = now - std::min(ns, now);
       if (last_ns_ != 0 && start >= last_ns_ + kIdleNs) {
         settle_until_ = start + kSettleNs;
-        start_sample();
-        count_.store(0, std::memory_order_relaxed);
+        forget_samples();
       }
       last_ns_ = now;
       if (start < settle_until_) return false;
@@ -163,8 +162,7 @@ class StoresChoice {
     const uint32_t k = count_.load(std::memory_order_relaxed) + 1;
     count_.store(k < kWindow ? k : 0, std::memory_order_relaxed);
     if (k < kWindow) return false;
-    since_.store(now, std::memory_order_relaxed);
-    streaming_.store(true, std::memory_order_relaxed);
+    stream_from(now);
     if (also) also->stream_from(now);
     return true;
   }
@@ -175,8 +173,7 @@ class StoresChoice {
   // them on: what another choice of the rank learned (below).
   void stream_from(uint64_t now) {
     if (mode_ != Mode::automatic || streaming()) return;
-    start_sample();
-    count_.store(0, std::memory_order_relaxed);
+    forget_samples();
     since_.store(now, std::memory_order_relaxed);
     streaming_.store(true, std::memory_order_relaxed);
   }
@@ -199,6 +196,11 @@ class StoresChoice {
   void start_sample() {
     bytes_ = slow_bytes_ = 0;
     copies_ = 0;
+  }
+  // Starts a sample and forgets the slow samples before it.
+  void forget_samples() {
+    start_sample();
+    count_.store(0, std::memory_order_relaxed);
   }
   // Whether to time an ordinary copy of `bytes` while learning: every one from kTimedBytes, and
   // from kShortTimedBytes the one that brings the short copies since the last timed one to
