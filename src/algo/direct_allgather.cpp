@@ -85,10 +85,7 @@ void gather_impl(Ctx& c, const void* in, void* out, const Blocks& b, int root, u
     }
     if (ph == nchunks) break;
     g.barrier();
-    if (ph == 0) {
-      check(c);
-      places.read(c);
-    }
+    if (ph == 0) check(c, places);
   }
   end(c, nchunks);
 }

@@ -128,8 +128,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
     Places places(c, n);
     copy_in(c, slot(g, r, slot_of(c, 0)) + places[r], in, n);
     g.barrier();
-    check(c);
-    places.read(c);
+    check(c, places);
     if (writes_out && count) {
       for (int j = 0; j < p; ++j) srcs[j] = slot(g, j, slot_of(c, 0)) + places[j];
       reduce_many(out, srcs.data(), p, count, c.dt, c.op);
@@ -199,10 +198,7 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
     }
     if (ph == nchunks + 1) break;
     g.barrier();
-    if (ph == 0) {
-      check(c);
-      places.read(c);
-    }
+    if (ph == 0) check(c, places);
   }
   end(c, nchunks);
 }

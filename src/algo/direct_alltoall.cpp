@@ -114,10 +114,7 @@ void direct::alltoall_pipeline(Ctx& c, const uint8_t* src, const Blocks& sb, voi
     }
     if (ph == nchunks) break;
     g.barrier();
-    if (ph == 0) {
-      check(c);
-      places.read(c);
-    }
+    if (ph == 0) check(c, places);
   }
   end(c, nchunks);
 }

@@ -63,10 +63,7 @@ void broadcast_direct(Ctx& c, void* buf, size_t count, int root) {
     }
     if (ph == nchunks) break;
     g.barrier();
-    if (ph == 0) {
-      check(c);
-      places.read(c);
-    }
+    if (ph == 0) check(c, places);
   }
   end(c, nchunks);
 }
@@ -111,10 +108,7 @@ void scatter_direct(Ctx& c, const void* in, void* out, size_t count, int root) {
     }
     if (ph == nchunks) break;
     g.barrier();
-    if (ph == 0) {
-      check(c);
-      places.read(c);
-    }
+    if (ph == 0) check(c, places);
   }
   // The others are copying out the last chunk; every block of in has left.
   if (own_last) copy_bytes(out, own, bs);

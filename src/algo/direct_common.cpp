@@ -144,6 +144,11 @@ void Places::read(Ctx& c) {
     if (j != c.rank) read(c, j);
 }
 
+void check(Ctx& c, Places& places) {
+  check(c);
+  places.read(c);
+}
+
 void Places::read(Ctx& c, int j) {
   if (moves_) at_[j] = static_cast<size_t>(__atomic_load_n(&place_word(*c.shm(), j, op_number(c)), __ATOMIC_RELAXED));
 }

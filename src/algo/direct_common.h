@@ -325,6 +325,9 @@ class Places {
   PerRank<size_t> at_;
   bool moves_;  // else every rank's place is the start
 };
+// check(), then every other rank's place (Places::read), from the header lines check() has just
+// read.
+void check(Ctx& c, Places& places);
 // Whether an op that puts `bytes` in each slot runs as a small op.
 inline bool small_fits(size_t bytes) { return bytes <= kSmallBytes; }
 // The small versions of the direct ops (root < 0: all ranks want the result).

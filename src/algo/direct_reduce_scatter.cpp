@@ -63,10 +63,7 @@ void reduce_scatter_direct(Ctx& c, const void* in, void* out, size_t count) {
     }
     if (ph == nchunks) break;
     g.barrier();
-    if (ph == 0) {
-      check(c);
-      places.read(c);
-    }
+    if (ph == 0) check(c, places);
   }
   end(c, nchunks);
 }
