@@ -8,17 +8,12 @@
 //   g++ -O2 -std=c++20 -Iinclude -Ibuild/include scripts/allreduce_after_pause.cpp build/libshoal.so \
 //       -Wl,-rpath,$PWD/build -o build/allreduce_after_pause
 //   build/allreduce_after_pause P BYTES CALLS PAUSE_US [BURST]   (LD_LIBRARY_PATH picks another libshoal.so)
-#include <sys/wait.h>
-#include <unistd.h>
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <string>
 #include <thread>
 #include <vector>
-#include "shoal/communicator.h"
-#include "shoal/store.h"
+#include "forked_ranks.h"
 using namespace shoal;
 int main(int argc, char** argv) {
   if (argc != 5 && argc != 6) {
@@ -29,11 +24,7 @@ int main(int argc, char** argv) {
   const size_t bytes = strtoull(argv[2], 0, 10);
   const auto pause = std::chrono::microseconds(atol(argv[4]));
   const int burst = argc == 6 ? std::max(1, atoi(argv[5])) : 1;
-  const std::string path = "/tmp/after-pause-store-" + std::to_string(getpid());
-  for (int r = 0; r < p; ++r) {
-    if (fork() != 0) continue;
-    auto st = std::make_shared<FileStore>(path);
-    Communicator c(st, r, p);
+  return run_forked_ranks(p, "after-pause", [&](Communicator& c, int r) {
     std::vector<float> in(bytes / 4, 1.0f), out(bytes / 4);
     CallOptions o;
     o.blocking = true;
@@ -50,20 +41,12 @@ int main(int argc, char** argv) {
     }
     if (out[0] != static_cast<float>(p)) {
       fprintf(stderr, "rank %d: wrong result %g\n", r, out[0]);
-      _exit(1);
+      return 1;
     }
     std::sort(us.begin(), us.end());
     double mine[3] = {us[calls / 2], us[calls * 9 / 10], us[calls - 1]}, all[3];
     for (int k = 0; k < 3; ++k) c.allreduce(&mine[k], &all[k], 1, DType::f64, ReduceOp::max)->wait();
     if (r == 0) printf("median %.1f  p90 %.1f  slowest %.1f\n", all[0], all[1], all[2]);
-    fflush(stdout);
-    _exit(0);
-  }
-  int bad = 0, st = 0;
-  for (int r = 0; r < p; ++r) {
-    wait(&st);
-    bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
-  }
-  unlink(path.c_str());
-  return bad;
+    return 0;
+  });
 }

@@ -7,43 +7,32 @@
 //   g++ -O2 -std=c++20 -Iinclude -Ibuild/include scripts/alltoallv_time.cpp build/libshoal.so \
 //       -Wl,-rpath,$PWD/build -o build/alltoallv_time
 //   build/alltoallv_time P BYTES_PER_BLOCK CALLS         (LD_LIBRARY_PATH picks another libshoal.so)
-#include <sys/wait.h>
-#include <unistd.h>
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <string>
 #include <vector>
-#include "shoal/communicator.h"
-#include "shoal/store.h"
+#include "forked_ranks.h"
 using namespace shoal;
 int main(int argc, char** argv) {
   if (argc != 4) {
     fprintf(stderr, "usage: %s P BYTES_PER_BLOCK CALLS\n", argv[0]);
     return 2;
   }
-  int p = atoi(argv[1]); size_t bytes = strtoull(argv[2], 0, 10); int iters = atoi(argv[3]);
-  std::string path = "/tmp/a2av-store-" + std::to_string(getpid());
-  for (int r = 0; r < p; ++r) {
-    if (fork() == 0) {
-      auto st = std::make_shared<FileStore>(path);
-      Communicator c(st, r, p);
-      size_t n = bytes / 4;
-      std::vector<size_t> counts(p, n);
-      std::vector<float> in(n * p, 1.0f), out(n * p);
-      CallOptions o; o.blocking = true;
-      for (int i = 0; i < 20; ++i) c.alltoallv(in.data(), counts, out.data(), counts, DType::f32, o);
-      c.barrier()->wait();
-      auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) c.alltoallv(in.data(), counts, out.data(), counts, DType::f32, o);
-      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
-      std::vector<double> all(p);
-      c.allgather(&us, all.data(), 1, DType::f64)->wait();
-      if (r == 0) { double m = 0; for (double v : all) m = std::max(m, v); printf("%.1f\n", m); fflush(stdout); }
-      _exit(0);
-    }
-  }
-  for (int r = 0; r < p; ++r) wait(nullptr);
-  unlink(path.c_str());
+  const int p = atoi(argv[1]), iters = atoi(argv[3]);
+  const size_t n = strtoull(argv[2], 0, 10) / 4;
+  return run_forked_ranks(p, "a2av", [&](Communicator& c, int r) {
+    std::vector<size_t> counts(p, n);
+    std::vector<float> in(n * p, 1.0f), out(n * p);
+    CallOptions o;
+    o.blocking = true;
+    for (int i = 0; i < 20; ++i) c.alltoallv(in.data(), counts, out.data(), counts, DType::f32, o);
+    c.barrier()->wait();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) c.alltoallv(in.data(), counts, out.data(), counts, DType::f32, o);
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+    std::vector<double> all(p);
+    c.allgather(&us, all.data(), 1, DType::f64)->wait();
+    if (r == 0) printf("%.1f\n", *std::max_element(all.begin(), all.end()));
+    return 0;
+  });
 }
