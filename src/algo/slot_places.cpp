@@ -20,7 +20,8 @@ size_t SlotPlaces::next(size_t turns, int slot) {
     pace_ += (static_cast<int64_t>(std::min(gap, kRevisitNs)) - pace_) / kPaceOps;
   }
   last_ns_ = now;
-  fast_ = fresh && static_cast<uint64_t>(pace_) <= kRevisitNs / (2 * turns) ? fast_ + 1 : 0;
+  // pace_ <= kRevisitNs / (2·turns), without the division
+  fast_ = fresh && static_cast<uint64_t>(pace_) * 2 * turns <= kRevisitNs ? fast_ + 1 : 0;
   if (fast_ > 2 * turns) ++moved;
   return static_cast<size_t>(moved % turns);
 }
