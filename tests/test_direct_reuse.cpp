@@ -510,7 +510,8 @@ INSTANTIATE_TEST_SUITE_P(All, DirectReuse, ::testing::Values(2, 3, 4, 8),
 
 // The two ways of the direct allreduce and reduce above the small protocol (src/algo/cost.h),
 // each forced on every rank, at sizes of one chunk (a slice per rank, odd counts) and of several,
-// against sums and maxima computed here.
+// the allreduce also in place (its output through the caches at any size, the largest count's
+// past kStreamingOutputBytes), against sums and maxima computed here.
 using WaysParam = std::tuple<int, std::string>;  // world size, SHOAL_DIRECT_REDUCE
 class DirectReduceWays : public ::testing::TestWithParam<WaysParam> {};
 
@@ -520,7 +521,7 @@ TEST_P(DirectReduceWays, AllreduceAndReduceMatchTheReference) {
   cfg.env.push_back({"SHOAL_DIRECT_REDUCE", way});
   run_ranks(n, cfg, [](Communicator& c) {
     const int p = c.size(), me = c.rank();
-    const size_t counts[] = {2049, 4097, 5003, 65537, 300001, 1000003};
+    const size_t counts[] = {2049, 4097, 5003, 65537, 300001, 1000003, 2200013};
     std::vector<float> in, out;
     std::vector<int64_t> in64, out64;
     for (size_t k = 0; k < std::size(counts); ++k) {
@@ -529,10 +530,13 @@ TEST_P(DirectReduceWays, AllreduceAndReduceMatchTheReference) {
       auto val = [&](int r, size_t i) { return static_cast<float>((r + 1) * 3 + static_cast<int>(i % 11)); };
       in.resize(count);
       for (size_t i = 0; i < count; ++i) in[i] = val(me, i);
-      for (bool rooted : {false, true}) {
+      for (int pass = 0; pass < 3; ++pass) {  // allreduce, reduce, allreduce in place
+        const bool rooted = pass == 1, in_place = pass == 2;
         out.assign(count, -1);
         if (rooted)
           c.reduce(in.data(), out.data(), count, DType::f32, ReduceOp::sum, root, {Algo::direct})->wait();
+        else if (in_place)
+          c.allreduce((out = in).data(), out.data(), count, DType::f32, ReduceOp::sum, {Algo::direct})->wait();
         else
           c.allreduce(in.data(), out.data(), count, DType::f32, ReduceOp::sum, {Algo::direct})->wait();
         if (rooted && me != root) {
@@ -542,7 +546,7 @@ TEST_P(DirectReduceWays, AllreduceAndReduceMatchTheReference) {
         for (size_t i = 0; i < count; ++i) {
           float want = 0;
           for (int r = 0; r < p; ++r) want += val(r, i);
-          SH_CHECK(out[i] == want) << (rooted ? "reduce" : "allreduce") << " of " << count << " f32, element " << i
+          SH_CHECK(out[i] == want) << (rooted ? "reduce" : in_place ? "allreduce in place" : "allreduce") << " of " << count << " f32, element " << i
                                    << ": got " << out[i] << ", expected " << want;
         }
       }

@@ -157,7 +157,10 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   };
   const uint8_t* src = u8(in);
   uint8_t* dst = u8(out);
-  const CopyFn copy_out = output_copy(n, root < 0 ? static_cast<size_t>(p) : 1, kStreamReduceAlltoall);
+  // In place, ordinary stores at any size: each chunk's lines of `out` are those its copy in and
+  // reduction read two phases before, still in this core's caches, which a non-temporal store would
+  // first have to evict (BENCHMARKS.md, "An allreduce in place writes its output through the caches").
+  const CopyFn copy_out = in == out ? copy_bytes : output_copy(n, root < 0 ? static_cast<size_t>(p) : 1, kStreamReduceAlltoall);
   // A chunk's input and result slice (ce + se elements) start at each rank's place in its slots.
   Places places(c, (ce + se) * es);
   auto area = [&](int j, size_t m) { return slot(g, j, slot_of(c, m)) + places[j]; };
