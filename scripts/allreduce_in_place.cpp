@@ -28,8 +28,10 @@ int main(int argc, char** argv) {
     for (int in_place = 0; in_place < 2; ++in_place) {
       float* dst = in_place ? in.data() : out.data();
       for (int i = 0; i < 5; ++i) c.allreduce(in.data(), dst, n, DType::f32, ReduceOp::sum, o);
-      if (!in_place && n && out[n - 1] != static_cast<float>(p)) {
-        fprintf(stderr, "rank %d: wrong result %g\n", r, out[n - 1]);
+      // Out of place every element is p; in place 1 multiplied by p at each of the 5 calls.
+      const float want = in_place ? static_cast<float>(p * p * p * p * p) : static_cast<float>(p);
+      if (n && dst[n - 1] != want) {
+        fprintf(stderr, "rank %d: %s: wrong result %g, expected %g\n", r, in_place ? "in place" : "out of place", dst[n - 1], want);
         return 1;
       }
       c.barrier()->wait();

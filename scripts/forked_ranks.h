@@ -1,6 +1,6 @@
 // The harness of the small timing programs in scripts/: p ranks, each a forked process with its
 // own Communicator over one FileStore, run `body(c, rank)`; the parent waits for them all and
-// returns nonzero when one failed (a nonzero return from body, a signal).
+// returns nonzero when one failed (a nonzero return from body, a signal) or could not start.
 #pragma once
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,8 +13,18 @@
 template <class Body>
 int run_forked_ranks(int p, const char* tag, Body body) {
   const std::string path = std::string("/tmp/") + tag + "-store-" + std::to_string(getpid());
+  int started = 0, bad = 0;
   for (int r = 0; r < p; ++r) {
-    if (fork() != 0) continue;
+    const pid_t pid = fork();
+    if (pid < 0) {
+      perror("fork");
+      bad = 1;
+      break;
+    }
+    if (pid > 0) {
+      ++started;
+      continue;
+    }
     int rc;
     {
       shoal::Communicator c(std::make_shared<shoal::FileStore>(path), r, p);
@@ -23,11 +33,8 @@ int run_forked_ranks(int p, const char* tag, Body body) {
     }
     _exit(rc);
   }
-  int bad = 0, st = 0;
-  for (int r = 0; r < p; ++r) {
-    wait(&st);
-    bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
-  }
+  for (int st = 0; started > 0; --started)
+    bad |= wait(&st) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0;
   unlink(path.c_str());
   return bad;
 }

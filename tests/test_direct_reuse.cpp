@@ -535,8 +535,10 @@ TEST_P(DirectReduceWays, AllreduceAndReduceMatchTheReference) {
         out.assign(count, -1);
         if (rooted)
           c.reduce(in.data(), out.data(), count, DType::f32, ReduceOp::sum, root, {Algo::direct})->wait();
-        else if (in_place)
-          c.allreduce((out = in).data(), out.data(), count, DType::f32, ReduceOp::sum, {Algo::direct})->wait();
+        else if (in_place) {
+          out = in;
+          c.allreduce(out.data(), out.data(), count, DType::f32, ReduceOp::sum, {Algo::direct})->wait();
+        }
         else
           c.allreduce(in.data(), out.data(), count, DType::f32, ReduceOp::sum, {Algo::direct})->wait();
         if (rooted && me != root) {

@@ -41,6 +41,11 @@ namespace {
 
 using namespace direct;
 
+// An allreduce in place writes its output with ordinary stores while the host's ranks write this
+// much or less in all (reduce_impl; BENCHMARKS.md, "An allreduce in place writes its output
+// through the caches").
+constexpr size_t kInPlaceCachedBytes = size_t(64) << 20;
+
 // Elements of one piece of a streamed reduce of `count`: an eighth of the vector, from
 // kStreamPieceBytes, and at most a quarter of the slot, so that the others copy in ahead of the root;
 // fewer than 2^kMaxStreamPiecesLog2 pieces (progress_base), and never more than the slot holds.
@@ -157,10 +162,14 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   };
   const uint8_t* src = u8(in);
   uint8_t* dst = u8(out);
-  // In place, ordinary stores at any size: each chunk's lines of `out` are those its copy in and
-  // reduction read two phases before, still in this core's caches, which a non-temporal store would
-  // first have to evict (BENCHMARKS.md, "An allreduce in place writes its output through the caches").
-  const CopyFn copy_out = in == out ? copy_bytes : output_copy(n, root < 0 ? static_cast<size_t>(p) : 1, kStreamReduceAlltoall);
+  // An allreduce in place: ordinary stores up to kInPlaceCachedBytes in all. The lines of `out`
+  // that a chunk's copy out writes are those its copy in read two phases before and its reduction
+  // one phase before, still in the host's caches, which a non-temporal store would first have to
+  // evict. Beyond, the host's other ranks' copies have evicted them, and a store would fetch each
+  // line again.
+  const size_t writers = root < 0 ? pz : 1;
+  const bool cached_in_place = root < 0 && in == out && n * pz <= kInPlaceCachedBytes;
+  const CopyFn copy_out = cached_in_place ? copy_bytes : output_copy(n, writers, kStreamReduceAlltoall);
   // A chunk's input and result slice (ce + se elements) start at each rank's place in its slots.
   Places places(c, (ce + se) * es);
   auto area = [&](int j, size_t m) { return slot(g, j, slot_of(c, m)) + places[j]; };
