@@ -98,6 +98,9 @@ std::string usage() {
       "                         each timed op, for shoal and the peers alike (the time includes it): as a\n"
       "                         training step makes new data, a rank that reads a peer's input then fetches\n"
       "                         it from that peer's cache, not from its own copy of an unchanged buffer\n"
+      "  --in-place             allreduce only: the output buffer is the input too, for shoal and the peers\n"
+      "                         alike (MPI_IN_PLACE; torch.distributed's all_reduce). Each timed op then\n"
+      "                         reduces the last one's result: the check runs on the first, from fresh input\n"
       "  --resources            after the run, print what a rank cost: the Communicator's construction\n"
       "                         time, RSS, /dev/shm reserved and mapped, open file descriptors\n"
       "  --model                after the run, fit the algorithm's alpha-beta-gamma model (its cost function in\n"
@@ -183,6 +186,8 @@ Config parse_args(const std::vector<std::string>& args) {
       c.queued = true;
     } else if (a == "--fresh") {
       c.fresh = true;
+    } else if (a == "--in-place") {
+      c.in_place = true;
     } else if (a == "--resources") {
       c.resources = true;
     } else if (a == "--model") {
@@ -212,6 +217,7 @@ Config parse_args(const std::vector<std::string>& args) {
   if (!have_e) c.max_bytes = c.min_bytes;
   if (c.max_bytes < c.min_bytes) throw std::invalid_argument("-e MAX is below -b MIN");
   if (c.op == Op::sendrecv && c.ranks < 2) throw std::invalid_argument("sendrecv needs -n 2 or more");
+  if (c.in_place && c.op != Op::allreduce) throw std::invalid_argument("--in-place: allreduce only");
   if (c.model) check_model_args(c);
   bool reduction = c.op == Op::allreduce || c.op == Op::reduce || c.op == Op::reduce_scatter;
   if (reduction && !reduce_op_supported(c.dtype, c.rop))

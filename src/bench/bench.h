@@ -49,6 +49,7 @@ struct Config {
   bool floors = false;  // measure the machine's limits first and print each row against them
   bool queued = false;  // shoal's ops return a Work waited for at once, instead of blocking calls
   bool fresh = false;   // every line of the input rewritten before each timed op (worker.cpp)
+  bool in_place = false;  // allreduce only: the output buffer is the input too (MPI_IN_PLACE; torch's calls)
   bool resources = false;  // print what a rank costs: init time, memory, /dev/shm, fds (resources.cpp)
   bool model = false;      // after the run, fit the algorithm's α-β-γ model to its times (model.cpp)
   int iters = 0;    // 0 = adaptive
@@ -92,6 +93,7 @@ struct Spec {
   size_t count; // the count the row reports: bytes / esize
   size_t in_elems;
   size_t out_elems;
+  bool in_place = false;  // the input is in `out`, which the op overwrites (Config::in_place)
 };
 Spec make_spec(Op op, DType dt, ReduceOp rop, int p, int rank, size_t size_bytes);
 

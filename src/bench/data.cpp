@@ -131,8 +131,9 @@ void fill_range(void* buf, size_t n, Pattern pat, bool boolean, int p, int r) {
 void fill_inputs(const Spec& s, Buffers& b) {
   const Pattern pat = pattern_of(s);
   const bool boolean = s.dt == DType::boolean;
+  const Buffer& in = s.in_place ? b.out : b.in;
   dispatch_dtype(s.dt, [&]<class T>() {
-    if (b.in.size()) fill_range<T>(b.in.data(), s.in_elems, pat, boolean, s.p, s.rank);
+    if (in.size()) fill_range<T>(in.data(), s.in_elems, pat, boolean, s.p, s.rank);
   });
 }
 
@@ -191,7 +192,9 @@ struct Expected {
 
 void fill_sentinel(const Spec& s, Buffers& b) {
   // A value no correct result has: results are >= 0, so -7 (u8: 251); bool: the negation of the
-  // expected value. Broadcast is in place: its non-root inputs already differ from the root's.
+  // expected value. Broadcast is in place: its non-root inputs already differ from the root's; so
+  // is an allreduce in place (Spec::in_place), whose output holds its input.
+  if (s.in_place) return;
   Expected want(s, b);
   dispatch_dtype(s.dt, [&]<class T>() {
     if (std::is_same_v<T, bool>) {

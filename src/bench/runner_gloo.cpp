@@ -170,7 +170,7 @@ class GlooRunner final : public Runner {
     switch (s.op) {
       case Op::allreduce: {
         gloo::AllreduceOptions o(ctx_);  // algorithm left UNSPECIFIED = ring, as PyTorch leaves it
-        o.setInput(in, c);
+        o.setInput(s.in_place ? out : in, c);
         o.setOutput(out, c);
         o.setReduceFunction(reduce_fn<T>(s.rop));
         o.setTimeout(timeout_);

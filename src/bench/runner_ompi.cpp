@@ -79,7 +79,7 @@ class OmpiRunner final : public Runner {
     const MPI_Comm w = MPI_COMM_WORLD;
     switch (s.op) {
       case Op::allreduce:
-        ok(MPI_Allreduce(in, out, c, mpi_type(s.dt), mpi_op(s.rop, s.dt), w), "MPI_Allreduce");
+        ok(MPI_Allreduce(s.in_place ? MPI_IN_PLACE : in, out, c, mpi_type(s.dt), mpi_op(s.rop, s.dt), w), "MPI_Allreduce");
         break;
       case Op::broadcast:
         ok(MPI_Bcast(in, c, mpi_type(s.dt), 0, w), "MPI_Bcast");

@@ -23,7 +23,7 @@ class ShoalRunner final : public Runner {
     WorkPtr w;
     switch (s.op) {
       case Op::allreduce:
-        w = comm_.allreduce(in, out, c, s.dt, s.rop, co_);
+        w = comm_.allreduce(s.in_place ? out : in, out, c, s.dt, s.rop, co_);
         break;
       case Op::broadcast:
         w = comm_.broadcast(in, c, s.dt, 0, co_);

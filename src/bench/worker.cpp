@@ -191,6 +191,7 @@ class Printer {
                   "slowest, 3..100000)");
     std::printf(", same count for every backend; time = max over ranks of the per-rank average%s\n",
                 cfg_.fresh ? "; each op after a rewrite of every cache line of the input (--fresh), in the time" : "");
+    if (cfg_.in_place) std::printf("# in place: the output buffer is the input too (--in-place)\n");
     std::printf("# busbw = algbw * %s (nccl-tests)\n", busbw_text().c_str());
     for (size_t b = 1; b < be_.names.size(); ++b) std::printf("# %s\n", be_.lines[b].c_str());
     for (const auto& n : be_.notes) std::printf("# %s\n", n.c_str());
@@ -336,6 +337,7 @@ void write_json(const Config& cfg, int p, const std::string& transport_used, con
   f << "  \"transport_used\": \"" << json_escape(transport_used) << "\",\n";
   f << "  \"algo\": \"" << json_escape(cfg.algo_str) << "\",\n";
   f << "  \"fresh\": " << (cfg.fresh ? "true" : "false") << ",\n";
+  f << "  \"in_place\": " << (cfg.in_place ? "true" : "false") << ",\n";
   f << "  \"machine\": {\"nproc\": " << machine_nproc() << ", \"model\": \"" << json_escape(cpu_model()) << "\"},\n";
   if (floors)
     f << "  \"floors\": {\"memory_bw_GBps\": " << json_num(floors->bw_bytes_per_s / 1e9)
@@ -474,6 +476,7 @@ int worker_main(const Config& cfg) {
   std::vector<Row> rows;
   for (size_t size : sizes_of(cfg)) {
     Spec spec = make_spec(cfg.op, cfg.dtype, cfg.rop, p, rank, size);
+    spec.in_place = cfg.in_place;
     Row row;
     row.bytes = spec.bytes;
     row.count = spec.count;
@@ -570,7 +573,7 @@ int worker_main(const Config& cfg) {
         P.runner->barrier();
         double t0 = now_s();
         for (int i = 0; i < row.iters; ++i) {
-          if (cfg.fresh) rewrite_lines(buf.in);
+          if (cfg.fresh) rewrite_lines(spec.in_place ? buf.out : buf.in);
           P.runner->run(spec, buf);
         }
         double t1 = now_s();
