@@ -510,8 +510,8 @@ INSTANTIATE_TEST_SUITE_P(All, DirectReuse, ::testing::Values(2, 3, 4, 8),
 
 // The two ways of the direct allreduce and reduce above the small protocol (src/algo/cost.h),
 // each forced on every rank, at sizes of one chunk (a slice per rank, odd counts) and of several,
-// the allreduce also in place (its output through the caches at any size, the largest count's
-// past kStreamingOutputBytes), against sums and maxima computed here.
+// the allreduce also in place (its output through the caches up to kInPlaceCachedBytes in all, and
+// streamed beyond: the largest count at 8 ranks), against sums and maxima computed here.
 using WaysParam = std::tuple<int, std::string>;  // world size, SHOAL_DIRECT_REDUCE
 class DirectReduceWays : public ::testing::TestWithParam<WaysParam> {};
 

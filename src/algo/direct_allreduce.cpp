@@ -41,9 +41,9 @@ namespace {
 
 using namespace direct;
 
-// An allreduce in place writes its output with ordinary stores while the host's ranks write this
-// much or less in all (reduce_impl; BENCHMARKS.md, "An allreduce in place writes its output
-// through the caches").
+// An allreduce in place writes its output with ordinary stores while its ranks write this much or
+// less in all (reduce_impl): measured up to 64 MiB, and at 4 and 8 ranks with 128-256 MiB a loss
+// (BENCHMARKS.md, "An allreduce in place writes its output through the caches").
 constexpr size_t kInPlaceCachedBytes = size_t(64) << 20;
 
 // Elements of one piece of a streamed reduce of `count`: an eighth of the vector, from
@@ -164,9 +164,8 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   uint8_t* dst = u8(out);
   // An allreduce in place: ordinary stores up to kInPlaceCachedBytes in all. The lines of `out`
   // that a chunk's copy out writes are those its copy in read two phases before and its reduction
-  // one phase before, still in the host's caches, which a non-temporal store would first have to
-  // evict. Beyond, the host's other ranks' copies have evicted them, and a store would fetch each
-  // line again.
+  // one phase before, still in the caches, which a non-temporal store would first have to evict.
+  // With more in all, ranks sharing cores lost by ordinary stores (why is not known).
   const size_t writers = root < 0 ? pz : 1;
   const bool cached_in_place = root < 0 && in == out && n * pz <= kInPlaceCachedBytes;
   const CopyFn copy_out = cached_in_place ? copy_bytes : output_copy(n, writers, kStreamReduceAlltoall);

@@ -115,6 +115,8 @@ struct Buffers {
   Buffer in, out, tmp;  // tmp: scratch of a backend (gloo reduce_scatter)
 };
 Buffers alloc_buffers(const Spec& s);
+// The buffer that holds a rank's input: `out` where the op runs in place (Spec::in_place).
+inline const Buffer& input_of(const Spec& s, const Buffers& b) { return s.in_place ? b.out : b.in; }
 
 // Deterministic inputs (small integers, exact in every dtype), a sentinel in the outputs, and
 // verification of the outputs against a reference computed here, independently of shoal.

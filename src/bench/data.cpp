@@ -26,7 +26,7 @@ Buffer::Buffer(size_t bytes) : n_(bytes) {
 
 Buffers alloc_buffers(const Spec& s) {
   Buffers b;
-  b.in = Buffer(s.in_elems * s.esize);
+  b.in = Buffer(s.in_place ? 0 : s.in_elems * s.esize);  // in place the input is in `out`
   b.out = Buffer(s.out_elems * s.esize);
   return b;
 }
@@ -131,7 +131,7 @@ void fill_range(void* buf, size_t n, Pattern pat, bool boolean, int p, int r) {
 void fill_inputs(const Spec& s, Buffers& b) {
   const Pattern pat = pattern_of(s);
   const bool boolean = s.dt == DType::boolean;
-  const Buffer& in = s.in_place ? b.out : b.in;
+  const Buffer& in = input_of(s, b);
   dispatch_dtype(s.dt, [&]<class T>() {
     if (in.size()) fill_range<T>(in.data(), s.in_elems, pat, boolean, s.p, s.rank);
   });

@@ -170,7 +170,7 @@ class GlooRunner final : public Runner {
     switch (s.op) {
       case Op::allreduce: {
         gloo::AllreduceOptions o(ctx_);  // algorithm left UNSPECIFIED = ring, as PyTorch leaves it
-        o.setInput(s.in_place ? out : in, c);
+        if (!s.in_place) o.setInput(in, c);  // in place the output is the input, as ProcessGroupGloo sets it
         o.setOutput(out, c);
         o.setReduceFunction(reduce_fn<T>(s.rop));
         o.setTimeout(timeout_);

@@ -17,13 +17,13 @@ class ShoalRunner final : public Runner {
   const char* name() const override { return "shoal"; }
 
   void run(const Spec& s, Buffers& b) override {
-    void* in = b.in.data();
+    void* in = input_of(s, b).data();
     void* out = b.out.data();
     const size_t c = s.block;
     WorkPtr w;
     switch (s.op) {
       case Op::allreduce:
-        w = comm_.allreduce(s.in_place ? out : in, out, c, s.dt, s.rop, co_);
+        w = comm_.allreduce(in, out, c, s.dt, s.rop, co_);
         break;
       case Op::broadcast:
         w = comm_.broadcast(in, c, s.dt, 0, co_);

@@ -573,7 +573,7 @@ int worker_main(const Config& cfg) {
         P.runner->barrier();
         double t0 = now_s();
         for (int i = 0; i < row.iters; ++i) {
-          if (cfg.fresh) rewrite_lines(spec.in_place ? buf.out : buf.in);
+          if (cfg.fresh) rewrite_lines(input_of(spec, buf));
           P.runner->run(spec, buf);
         }
         double t1 = now_s();

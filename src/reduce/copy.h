@@ -50,7 +50,7 @@ inline void copy_bytes(void* dst, const void* src, size_t n) {
 // Outputs at least this large (the whole op's output, bytes; the 2-rank single-copy allgather
 // compares its own block, with a larger size on Intel: direct_allgather.cpp) are written with
 // copy_streaming, and so are smaller ones where the host's ranks write enough together
-// (output_copy, algo/common.h); an allreduce's output in place, up to 64 MiB in all on the host,
+// (output_copy, algo/common.h); an allreduce's output in place, up to kInPlaceCachedBytes in all,
 // is not (direct_allreduce.cpp).
 inline constexpr size_t kStreamingOutputBytes = size_t(8) << 20;
 
