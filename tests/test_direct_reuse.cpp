@@ -508,10 +508,12 @@ TEST_P(DirectReuse, SmallOpsAfterAStreamedReduceWaitForItsRoot) {
 INSTANTIATE_TEST_SUITE_P(All, DirectReuse, ::testing::Values(2, 3, 4, 8),
                          [](const auto& info) { return "n" + std::to_string(info.param); });
 
-// The two ways of the direct allreduce and reduce above the small protocol (src/algo/cost.h),
-// each forced on every rank, at sizes of one chunk (a slice per rank, odd counts) and of several,
-// the allreduce also in place (its output through the caches up to kInPlaceCachedBytes in all, and
-// streamed beyond: the largest count at 8 ranks), against sums and maxima computed here.
+// The ways of the direct allreduce and reduce above the small protocol (src/algo/cost.h), each
+// forced on every rank (single copy: the 2-rank allreduce, where the group may; elsewhere two shot),
+// at sizes of one chunk (a slice per rank, odd counts) and of several, the allreduce also in place
+// on every rank (its output through the caches up to kInPlaceCachedBytes in all, and streamed
+// beyond: the largest count at 8 ranks) and on the even ranks only, against sums and maxima
+// computed here.
 using WaysParam = std::tuple<int, std::string>;  // world size, SHOAL_DIRECT_REDUCE
 class DirectReduceWays : public ::testing::TestWithParam<WaysParam> {};
 
@@ -530,8 +532,9 @@ TEST_P(DirectReduceWays, AllreduceAndReduceMatchTheReference) {
       auto val = [&](int r, size_t i) { return static_cast<float>((r + 1) * 3 + static_cast<int>(i % 11)); };
       in.resize(count);
       for (size_t i = 0; i < count; ++i) in[i] = val(me, i);
-      for (int pass = 0; pass < 3; ++pass) {  // allreduce, reduce, allreduce in place
-        const bool rooted = pass == 1, in_place = pass == 2;
+      // allreduce, reduce, allreduce in place on every rank, then on the even ranks only
+      for (int pass = 0; pass < 4; ++pass) {
+        const bool rooted = pass == 1, in_place = pass == 3 ? me % 2 == 0 : pass == 2;
         out.assign(count, -1);
         if (rooted)
           c.reduce(in.data(), out.data(), count, DType::f32, ReduceOp::sum, root, {Algo::direct})->wait();
@@ -568,7 +571,7 @@ TEST_P(DirectReduceWays, AllreduceAndReduceMatchTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, DirectReduceWays,
-                         ::testing::Combine(::testing::Values(2, 3, 5, 8), ::testing::Values("one_shot", "two_shot")),
+                         ::testing::Combine(::testing::Values(2, 3, 5, 8), ::testing::Values("one_shot", "two_shot", "single_copy")),
                          [](const auto& info) { return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param); });
 
 // Ranks that would choose ways differently (a different SHOAL_DIRECT_REDUCE, SHOAL_DIRECT_ALLTOALL,

@@ -43,9 +43,10 @@ constexpr Choice kChoices[] = {Choice::allreduce, Choice::reduce,    Choice::all
 struct Forcing {
   const char* setting;
   const char* way0;
+  const char* way2 = nullptr;  // a third way, where the op has one
 };
 constexpr Forcing kForcings[] = {
-    {"SHOAL_DIRECT_REDUCE", "one_shot"},
+    {"SHOAL_DIRECT_REDUCE", "one_shot", "single_copy"},
     {"SHOAL_DIRECT_ALLTOALL", "scratch"},
     {"SHOAL_DIRECT_BROADCAST", "scratch"},
     {"SHOAL_DIRECT_ALLGATHER", "scratch"},
@@ -248,7 +249,8 @@ Ways Ways::current() {
   w.l2_ = l2_bytes();
   for (size_t i = 0; i < std::size(kForcings); ++i) {
     const auto forced = params::choice(kForcings[i].setting);
-    if (forced && *forced != "auto") w.forced_[i] = *forced == kForcings[i].way0 ? 0 : 1;
+    if (forced && *forced != "auto")
+      w.forced_[i] = *forced == kForcings[i].way0 ? 0 : kForcings[i].way2 && *forced == kForcings[i].way2 ? 2 : 1;
   }
   w.stores_ = std::make_shared<StoresChoice>(stores_setting());
   w.places_ = SlotPlaces(slot_places_setting());
@@ -270,6 +272,17 @@ int Ways::cheaper(Choice op, size_t n, int p) const {
   Curves& c = curves[i];
   if (c.ranks != p) c = curves_for(held->points, op, p);
   return c.cheaper(n);
+}
+
+// The 2-rank allreduce by single copy from this size on the Intel Xeon: in place it took 0.86-0.95x
+// Open MPI's time at 4-16 MiB where the two shot took 1.08-1.19x, level at 2 MiB, and slower than
+// the two shot at 1 MiB (BENCHMARKS.md, "In place against Open MPI").
+constexpr size_t kSingleCopyAllreduceBytes = size_t(2) << 20;
+
+bool Ways::allreduce_single_copy(size_t n) const {
+  const int forced = forced_[forcing_of(Choice::allreduce)];
+  if (forced >= 0) return forced == 2;
+  return cpu_ == BuiltInCpu::intel && n >= kSingleCopyAllreduceBytes;
 }
 
 uint64_t Ways::digest() const {

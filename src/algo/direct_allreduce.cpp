@@ -41,6 +41,42 @@ namespace {
 
 using namespace direct;
 
+// The 2-rank allreduce by single copy reads the peer's input for its half in pieces of this size
+// into private memory, which stays in the L2 while it is reduced.
+constexpr size_t kSingleCopyPieceBytes = size_t(256) << 10;
+
+// The 2-rank allreduce by single copy, where each rank has a core and the group may copy between
+// processes (Ways::allreduce_single_copy): each rank reduces its half of the vector into its
+// output, reading the peer's input for it straight from the peer (ShmGroup::read) piece by piece;
+// after a barrier, it reads the peer's half of the result straight from the peer's output. A rank
+// reads 2n and writes 1.5n, where the two shot reads 2.5n and writes 2n, as Open MPI's allreduce
+// at 2 ranks does (BENCHMARKS.md, "In place against Open MPI"). Each rank publishes its input and
+// its output, so a rank in place and one not run together: no rank writes what its peer still
+// reads (its half of its output, read after the barrier, it wrote before it).
+void allreduce_single_copy(Ctx& c, const void* in, void* out, size_t count, uint64_t sig) {
+  ShmGroup& g = *c.shm();
+  const int r = c.rank, j = 1 - r;
+  const size_t es = c.esize, unit = 64 / es;
+  const size_t h = count / 2 / unit * unit;  // rank 0's half: [0, h), rank 1's: [h, count)
+  auto off = [&](int k) { return k == 0 ? size_t(0) : h; };
+  auto len = [&](int k) { return k == 0 ? h : count - h; };
+  begin_single(c, sig, out, in);
+  const uint8_t* peer_in = peer_input(c, j);
+  const size_t pe = kSingleCopyPieceBytes / es;
+  uint8_t* piece = c.scratch(pe * es, 1);
+  for (size_t k = 0; k < len(r); k += pe) {
+    const size_t l = std::min(pe, len(r) - k), at = (off(r) + k) * es;
+    g.read(j, peer_in + at, piece, l * es);
+    const void* srcs[2];
+    srcs[r] = u8(in) + at;
+    srcs[j] = piece;
+    reduce_many(u8(out) + at, srcs, 2, l, c.dt, c.op);
+  }
+  g.barrier();
+  if (len(j)) g.read(j, peer_buffer(c, j) + off(j) * es, u8(out) + off(j) * es, len(j) * es);
+  end_single(c);
+}
+
 // An allreduce in place writes its output with ordinary stores while its ranks write this much or
 // less in all (reduce_impl): measured up to 64 MiB, and at 4 and 8 ranks with 128-256 MiB a loss
 // (BENCHMARKS.md, "An allreduce in place writes its output through the caches").
@@ -122,6 +158,11 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   const size_t sb = slot_bytes(g);
   // The ranks agree on the way by the same table (cost.h, compared when the group formed); the
   // signature would make a disagreement a mismatch error rather than a wrong result.
+  // The ranks agree on this way too: the group's single copy, its cores and the setting are alike.
+  if (root < 0 && p == 2 && g.single_copy() && !g.shares_cores() && c.ways().allreduce_single_copy(n)) {
+    s.add(2);
+    return allreduce_single_copy(c, in, out, count, s.value());
+  }
   const bool one_shot = (root >= 0 || n <= sb) && c.ways().reduce_one_shot(root < 0 ? Choice::allreduce : Choice::reduce, n, p);
   s.add(one_shot);
   if (one_shot && root >= 0 && count) return reduce_streamed(c, in, out, count, root, s.value());

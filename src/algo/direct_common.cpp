@@ -47,8 +47,10 @@ void check(Ctx& c) {
   }
 }
 
-void begin_single(Ctx& c, uint64_t sig, const void* mine) {
+void begin_single(Ctx& c, uint64_t sig, const void* mine, const void* input) {
   begin(c, hash_mix(sig, kSingleCopyToken));
+  // Word 11 shares the line of words 8-10, which peers poll: written only by the ops that have it.
+  if (input) __atomic_store_n(&header(*c.shm(), c.rank)[11], reinterpret_cast<uintptr_t>(input), __ATOMIC_RELEASE);
   __atomic_store_n(&header(*c.shm(), c.rank)[5], reinterpret_cast<uintptr_t>(mine), __ATOMIC_RELEASE);
   c.shm()->barrier();
   check(c);
@@ -56,6 +58,10 @@ void begin_single(Ctx& c, uint64_t sig, const void* mine) {
 
 const uint8_t* peer_buffer(Ctx& c, int j) {
   return reinterpret_cast<const uint8_t*>(__atomic_load_n(&header(*c.shm(), j)[5], __ATOMIC_ACQUIRE));
+}
+
+const uint8_t* peer_input(Ctx& c, int j) {
+  return reinterpret_cast<const uint8_t*>(__atomic_load_n(&header(*c.shm(), j)[11], __ATOMIC_ACQUIRE));
 }
 
 namespace {

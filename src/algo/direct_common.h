@@ -13,7 +13,7 @@
 //                       of kSmallBytes
 //   [.., end)           data: two slots of slot_bytes() each, used alternately by chunk
 // Word 5 of the header is the address of the buffer a single-copy op lets its peers read or
-// write (published; begin_single), words 6 and 7 the place in its slots of its chunked op with
+// write, and word 11 that of its input where it has two (published; begin_single), words 6 and 7 the place in its slots of its chunked op with
 // an even / odd number (published; Places), and word 10, on the line of words 8 and 9, the
 // number of the last rooted single-copy op whose copy this rank has made (published;
 // begin_rooted_single).
@@ -198,11 +198,13 @@ void wait_progress(Ctx& c, int j, uint64_t v);
 // every rank has a core of its own (direct_alltoall.cpp); alltoall was slower with it at other
 // sizes (a block read by several ranks, or both cores busy in the pipeline already;
 // BENCHMARKS.md, "Single-copy transfers" and "alltoall by single copy").
-// begin_single() is begin() plus the address of this rank's buffer in header word 5, then the
-// first barrier and check(); after it peer_buffer(c, j) is rank j's. Op k+1 rewrites word 5 only
-// after op k's closing barrier, by which every rank has read it.
-void begin_single(Ctx& c, uint64_t sig, const void* mine);
+// begin_single() is begin() plus the address of this rank's buffer in header word 5 (and, where
+// given, of its input in word 11), then the first barrier and check(); after it peer_buffer(c, j)
+// (and peer_input(c, j)) is rank j's. Op k+1 rewrites words 5 and 11 only after op k's closing
+// barrier, by which every rank has read them.
+void begin_single(Ctx& c, uint64_t sig, const void* mine, const void* input = nullptr);
 const uint8_t* peer_buffer(Ctx& c, int j);
+const uint8_t* peer_input(Ctx& c, int j);
 inline void end_single(Ctx& c) { c.shm()->barrier(); }
 // A rooted single-copy op (scatter, gather: only the root's buffer is shared) waits one way, with
 // no barrier. The root publishes its buffer's address (word 5) with its op's head; each other

@@ -51,11 +51,14 @@ const std::vector<Param> kParams = {
      "`src/algo/cost_points_intel.inc`, for the ops it has points of; AMD's for the others) or `auto` (those of "
      "this CPU's maker; AMD's for another maker)",
      "`auto`"},
-    {"SHOAL_DIRECT_REDUCE", Kind::choice, 0, 0, "auto,one_shot,two_shot",
+    {"SHOAL_DIRECT_REDUCE", Kind::choice, 0, 0, "auto,one_shot,two_shot,single_copy",
      "for tuning and tests: how the shared-memory allreduce and reduce above 8 KiB run: `one_shot` (every rank, "
      "or a reduce's root, reads every input; an allreduce only when it fits the scratch area; a reduce's root "
-     "as the others copy in, at any size), `two_shot` (each rank reduces a slice) or `auto` (the cheaper by the "
-     "measured costs, `SHOAL_TUNING`)",
+     "as the others copy in, at any size), `two_shot` (each rank reduces a slice), `single_copy` (the "
+     "allreduce at 2 ranks, each with a core, where the group may: `SHOAL_CMA`; each rank reduces half, "
+     "reading the other's input for it and then the other half of the result straight from the other "
+     "rank's buffers; elsewhere two shot) or `auto` (the cheaper by the measured costs, `SHOAL_TUNING`; "
+     "single copy for the 2-rank allreduce from 2 MiB on an Intel CPU)",
      "`auto`"},
     {"SHOAL_DIRECT_ALLTOALL", Kind::choice, 0, 0, "auto,scratch,pairwise",
      "for tuning and tests: how alltoall and alltoallv run when every rank is on this host, above 8 KiB: `scratch` "
