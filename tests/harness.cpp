@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -218,6 +219,20 @@ std::string RunResult::describe() const {
   std::string s;
   for (const auto& r : ranks) s += "  " + r.describe() + "\n";
   return s;
+}
+
+bool kernel_permits_cma() {
+  static volatile uint64_t word = 0x5eed5eed5eedull;
+  const pid_t parent = getpid();
+  const pid_t child = fork();
+  if (child == 0) {
+    uint64_t got = 0;
+    iovec l{&got, sizeof got}, r{const_cast<uint64_t*>(&word), sizeof got};
+    _exit(process_vm_readv(parent, &l, 1, &r, 1, 0) == sizeof got && got == word ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 RunConfig transport_config(const std::string& transport) {

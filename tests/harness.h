@@ -55,6 +55,9 @@ struct RunConfig {
 // A config for a transport: "shm" (the default on one host: SHOAL_TRANSPORT unset) or "tcp"
 // (SHOAL_TRANSPORT=tcp).
 RunConfig transport_config(const std::string& transport);
+// Whether a child of this process may read its memory with process_vm_readv: the same question
+// a group's probe asks of its peers (single copy), asked without the library.
+bool kernel_permits_cma();
 // The same, with the group's timeout `timeout` whatever SHOAL_TIMEOUT says, the automatic choice
 // of algorithms whatever SHOAL_ALGO says (unless clear_algo is false), and `limit` for the run.
 RunConfig timed_config(const std::string& transport, std::chrono::milliseconds timeout, std::chrono::seconds limit,

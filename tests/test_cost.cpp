@@ -210,6 +210,36 @@ TEST(CostCurves, TheChoiceIsTheCheaperCurve) {
   }
 }
 
+// The 2-rank allreduce by single copy: forced by SHOAL_DIRECT_REDUCE=single_copy at any size (the
+// other ops and shapes then choose by the costs), never by the other forced ways, and unforced
+// from 2 MiB on Intel's built-in costs only, whatever SHOAL_TUNING holds.
+TEST(CostCurves, TheAllreduceBySingleCopyWhereForcedOrOnIntelsCostsFrom2MiB) {
+  for (const char* cpu : {"amd", "intel"}) {
+    ScopedEnv kind("SHOAL_TUNING_BUILTIN", cpu);
+    {
+      ScopedEnv forced("SHOAL_DIRECT_REDUCE", "single_copy");
+      const Ways w = Ways::current();
+      EXPECT_TRUE(w.allreduce_single_copy(16 * K)) << cpu;
+      ScopedEnv unset("SHOAL_DIRECT_REDUCE", nullptr);
+      const Ways costs = Ways::current();
+      for (Choice op : {Choice::allreduce, Choice::reduce})
+        for (int p : {2, 3, 8})
+          for (size_t n : {16 * K, 1024 * K, size_t(16) << 20})
+            EXPECT_EQ(w.cheaper(op, n, p), costs.cheaper(op, n, p)) << cpu << ": " << choice_name(op) << " p " << p << " n " << n;
+    }
+    for (const char* way : {"one_shot", "two_shot"}) {
+      ScopedEnv forced("SHOAL_DIRECT_REDUCE", way);
+      EXPECT_FALSE(Ways::current().allreduce_single_copy(size_t(64) << 20)) << cpu << " " << way;
+    }
+    ScopedEnv unset("SHOAL_DIRECT_REDUCE", nullptr);
+    const Ways w = Ways::current();
+    const bool intel = std::string(cpu) == "intel";
+    EXPECT_EQ(w.allreduce_single_copy(size_t(2) << 20), intel) << cpu;
+    EXPECT_EQ(w.allreduce_single_copy(size_t(64) << 20), intel) << cpu;
+    EXPECT_FALSE(w.allreduce_single_copy((size_t(2) << 20) - 1)) << cpu;
+  }
+}
+
 // Where the points hold two pairs of times (two stretches of the machine), the choice is the way
 // that loses least in the worse: not the faster in one when it is far slower in the other.
 TEST(CostCurves, WithTwoPairsTheChoiceLosesLeastInTheWorse) {

@@ -24,22 +24,6 @@ using namespace shoal_test;
 
 namespace {
 
-// Whether a child of this process may read its memory with process_vm_readv: the same question
-// the group's probe asks of its peers, asked without the library.
-bool kernel_permits_cma() {
-  static volatile uint64_t word = 0x5eed5eed5eedull;
-  const pid_t parent = getpid();
-  const pid_t child = fork();
-  if (child == 0) {
-    uint64_t got = 0;
-    iovec l{&got, sizeof got}, r{const_cast<uint64_t*>(&word), sizeof got};
-    _exit(process_vm_readv(parent, &l, 1, &r, 1, 0) == sizeof got && got == word ? 0 : 1);
-  }
-  int status = 0;
-  waitpid(child, &status, 0);
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
 RunConfig with_cma(const std::string& transport, const char* cma) {
   RunConfig cfg = transport_config(transport);
   cfg.env.push_back({"SHOAL_CMA", cma});

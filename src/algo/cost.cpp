@@ -39,7 +39,8 @@ constexpr const char* kChoiceNames[] = {"allreduce", "reduce", "alltoall", "allt
 constexpr Choice kChoices[] = {Choice::allreduce, Choice::reduce,    Choice::alltoall,
                                Choice::alltoallv, Choice::broadcast, Choice::allgather, Choice::scatter, Choice::gather};
 
-// The settings that force a way, by Ways::forced_ index, and the value that forces way 0.
+// The settings that force a way, by Ways::forced_ index, and the values that force way 0 and a
+// third way (Ways::forced_ 2); any other value but `auto` forces way 1.
 struct Forcing {
   const char* setting;
   const char* way0;
@@ -260,7 +261,7 @@ Ways Ways::current() {
 int Ways::cheaper(Choice op, size_t n, int p) const {
   const int i = static_cast<int>(op);
   const int forced = forced_[forcing_of(op)];
-  if (forced >= 0) return forced;
+  if (forced == 0 || forced == 1) return forced;  // a third way (2) leaves the others to the costs
   // Per thread, the points last used and the curves of each op at the group size last asked for;
   // holding the points keeps their address from being reused by others.
   thread_local std::shared_ptr<const Tuning> held;
@@ -274,9 +275,9 @@ int Ways::cheaper(Choice op, size_t n, int p) const {
   return c.cheaper(n);
 }
 
-// The 2-rank allreduce by single copy from this size on the Intel Xeon: in place it took 0.86-0.95x
-// Open MPI's time at 4-16 MiB where the two shot took 1.08-1.19x, level at 2 MiB, and slower than
-// the two shot at 1 MiB (BENCHMARKS.md, "In place against Open MPI").
+// The 2-rank allreduce by single copy from this size on the Intel Xeon's built-in costs: in place it
+// took 0.84-0.99x Open MPI's time at 4-16 MiB where the two shot took 1.12-1.23x, level at 2 MiB,
+// and the prototype was slower than the two shot at 1 MiB (BENCHMARKS.md, "In place against Open MPI").
 constexpr size_t kSingleCopyAllreduceBytes = size_t(2) << 20;
 
 bool Ways::allreduce_single_copy(size_t n) const {

@@ -171,8 +171,9 @@ class Ways {
   // the group may copy between processes (broadcast and allgather take single copy at 2 ranks only).
   bool single_copy(Choice op, size_t n, int p) const { return cheaper(op, n, p) == 1; }
   // Whether the 2-rank allreduce of n bytes runs by single copy (direct_allreduce.cpp): as
-  // SHOAL_DIRECT_REDUCE=single_copy forces, else from kSingleCopyAllreduceBytes on the Intel
-  // Xeon's built-in costs (the AMD EPYC's kernel copy is slower, and this way is unmeasured there).
+  // SHOAL_DIRECT_REDUCE=single_copy forces (the other ops and shapes then choose by the costs), else
+  // from kSingleCopyAllreduceBytes where the built-in costs are the Intel Xeon's, whatever
+  // SHOAL_TUNING holds (the AMD EPYC's kernel copy is slower, and this way is unmeasured there).
   // The caller checks the group: 2 ranks, each with a core of its own, that may copy.
   bool allreduce_single_copy(size_t n) const;
 
@@ -215,7 +216,7 @@ class Ways {
   BuiltInCpu cpu_ = BuiltInCpu::amd;
   size_t l2_ = 0;
   int forced_[kForcedWays] = {-1, -1, -1, -1, -1, -1};  // by the setting (cost.cpp, kForcings): the way, or -1
-                                                         // (SHOAL_DIRECT_REDUCE's single_copy: 2, else two shot)
+                                                         // (SHOAL_DIRECT_REDUCE's single_copy: 2)
   std::shared_ptr<StoresChoice> stores_ = std::make_shared<StoresChoice>();  // SHOAL_DIRECT_STORES
   mutable FreshPages scratch_pages_;
   mutable SlotPlaces places_;

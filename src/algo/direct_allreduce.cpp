@@ -7,6 +7,9 @@
 // One shot, where the costs measured on the machine say it is cheaper (cost.h): every rank
 // (reduce: the root) reduces the whole vector itself:
 //   α + (p + 1)·n·β + (p-1)·n·γ        (one barrier: see slot_of in direct_common.h)
+// The 2-rank allreduce by single copy (allreduce_single_copy): each rank reduces half, reading the
+// peer's input for it, then reads the peer's half of the result: 2·α + ~3.5·n·β (2n read, 1.5n
+// written) + n/2·γ, with the kernel's copy for n of it.
 // A reduce's one shot is streamed (reduce_streamed): the root reduces piece by piece as the
 // others copy in, so its reduction hides behind their copies, and the root copies nothing in:
 //   α + max(n·β, (p-1)·n·γ) + one piece's copy and reduction   (any n: the slot is a ring of pieces)

@@ -13,8 +13,9 @@
 //                       of kSmallBytes
 //   [.., end)           data: two slots of slot_bytes() each, used alternately by chunk
 // Word 5 of the header is the address of the buffer a single-copy op lets its peers read or
-// write, and word 11 that of its input where it has two (published; begin_single), words 6 and 7 the place in its slots of its chunked op with
-// an even / odd number (published; Places), and word 10, on the line of words 8 and 9, the
+// write, and word 11 that of its input where it has two (published; begin_single), words 6 and 7
+// the place in its slots of its chunked op with an even / odd number (published; Places), and
+// word 10, on the line of words 8 and 9, the
 // number of the last rooted single-copy op whose copy this rank has made (published;
 // begin_rooted_single).
 //
@@ -191,7 +192,8 @@ void wait_progress(Ctx& c, int j, uint64_t v);
 // ---- Single copy: between the ranks' own buffers (ShmGroup::read, write) ----------------------
 //
 // Where the kernel permits it (g.single_copy()), broadcast, allgather, scatter and gather move
-// blocks straight between the ranks' own buffers where the measured costs say (cost.h): one copy
+// blocks straight between the ranks' own buffers where the measured costs say (cost.h), and so
+// does the 2-rank allreduce (Ways::allreduce_single_copy, with a barrier between its halves): one copy
 // per byte instead of two (into the owner's scratch, out of it), and no pipeline: one barrier
 // before (the addresses are published and the tokens checked) and one after (no rank leaves, and
 // rewrites or frees its buffer, while a peer still copies). So do alltoall's medium blocks where

@@ -57,8 +57,9 @@ const std::vector<Param> kParams = {
      "as the others copy in, at any size), `two_shot` (each rank reduces a slice), `single_copy` (the "
      "allreduce at 2 ranks, each with a core, where the group may: `SHOAL_CMA`; each rank reduces half, "
      "reading the other's input for it and then the other half of the result straight from the other "
-     "rank's buffers; elsewhere two shot) or `auto` (the cheaper by the measured costs, `SHOAL_TUNING`; "
-     "single copy for the 2-rank allreduce from 2 MiB on an Intel CPU)",
+     "rank's buffers; elsewhere as `auto`) or `auto` (the cheaper by the measured costs, `SHOAL_TUNING`; "
+     "single copy for the 2-rank allreduce from 2 MiB where the built-in costs are Intel's, "
+     "`SHOAL_TUNING_BUILTIN`)",
      "`auto`"},
     {"SHOAL_DIRECT_ALLTOALL", Kind::choice, 0, 0, "auto,scratch,pairwise",
      "for tuning and tests: how alltoall and alltoallv run when every rank is on this host, above 8 KiB: `scratch` "

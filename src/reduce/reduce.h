@@ -11,7 +11,8 @@ namespace shoal {
 
 // dst = dst OP src, `count` elements. op must not be avg (use sum, then scale_avg).
 void reduce_inplace(void* dst, const void* src, size_t count, DType dt, ReduceOp op);
-// dst = srcs[0] OP srcs[1] OP ... OP srcs[n-1] (n >= 1), one pass; dst may alias srcs[0].
+// dst = srcs[0] OP srcs[1] OP ... OP srcs[n-1] (n >= 1), one pass; dst may alias any of srcs
+// (element by element: the same range).
 // Used by the direct shared-memory algorithms, which read every peer's slice at once.
 void reduce_many(void* dst, const void* const* srcs, int n, size_t count, DType dt, ReduceOp op);
 // buf[i] = buf[i] / divisor (integers: truncating division, as torch does for avg on ints).
