@@ -526,7 +526,9 @@ TEST_P(DirectReduceWays, AllreduceAndReduceMatchTheReference) {
   cfg.env.push_back({"SHOAL_DIRECT_REDUCE", way});
   run_ranks(n, cfg, [single_copy](Communicator& c) {
     const int p = c.size(), me = c.rank();
-    if (single_copy) SH_CHECK(c.single_copy()) << "the group may not copy between its ranks";
+    if (single_copy) {
+      SH_CHECK(c.single_copy()) << "the group may not copy between its ranks";
+    }
     const size_t counts[] = {2049, 4097, 5003, 65537, 300001, 1000003, 2200013};
     std::vector<float> in, out;
     std::vector<int64_t> in64, out64;

@@ -159,9 +159,9 @@ void reduce_impl(Ctx& c, const void* in, void* out, size_t count, int root) {  /
   Sig s(root < 0 ? OpKind::allreduce : OpKind::reduce, c);
   if (small_fits(count * c.esize)) return allreduce_small(c, in, out, count, root, s.value());
   const size_t sb = slot_bytes(g);
-  // The ranks agree on the way by the same table (cost.h, compared when the group formed); the
-  // signature would make a disagreement a mismatch error rather than a wrong result.
-  // The ranks agree on this way too: the group's single copy, its cores and the setting are alike.
+  // The ranks agree on the way: the group's single copy and cores are alike on every rank, and so
+  // are the table and settings (cost.h, compared when the group formed); the signature would make
+  // a disagreement a mismatch error rather than a wrong result.
   if (root < 0 && p == 2 && g.single_copy() && !g.shares_cores() && c.ways().allreduce_single_copy(n)) {
     s.add(2);
     return allreduce_single_copy(c, in, out, count, s.value());

@@ -298,9 +298,10 @@ using RankPtrs = PerRank<const void*>;
 // read in one phase, stay at the start). With a core for each rank, successive ops on a slot (they
 // alternate slots: slot_of) move through a share of one L2, L2/(p-1) (slot_share), where that
 // share holds two such ops or more, while they come fast (slot_places.h), and stay while they
-// do not; elsewhere every op is at the start. A store to a slot line that a reader's core still holds from an earlier op first
-// takes the line from that core, at 100-150 ns a KiB on our VMs, while the lines of a share the
-// readers have let go come from the L3; a place further than one L2 comes from memory. Ranks that
+// do not; elsewhere every op is at the start. A store to a slot line that a reader's core still
+// holds from an earlier op first takes the line from that core, at 100-150 ns a KiB on our VMs,
+// while the lines of a share the readers have let go come from the L3; a place further than one
+// L2 comes from memory. Ranks that
 // share cores gained nothing consistent (BENCHMARKS.md, "Direct ops: each op's place in the
 // slot").
 //
